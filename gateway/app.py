@@ -1,0 +1,115 @@
+"""create_app(config): the whole gateway assembled in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import handlers
+from gateway.api.errors import ApiError, error_response, internal_error
+from gateway.config import GatewayConfig
+from gateway.fleet import Fleet
+from gateway.health import HealthMonitor
+from gateway.index.prefix import PrefixIndex
+from gateway.metrics import GatewayMetrics
+from gateway.middleware.body_limit import BodyLimitMiddleware
+from gateway.middleware.request_id import RequestIdMiddleware
+from gateway.policy import make_policy
+from gateway.router import Router
+from gateway.service import Gateway
+from gateway.tokenize import ChatTokenizer
+from gateway.tokenizer_files import resolve_tokenizer
+
+log = logging.getLogger(__name__)
+
+ROUTES = [
+    Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+    Route("/v1/completions", handlers.completions, methods=["POST"]),
+    Route("/v1/models", handlers.models, methods=["GET"]),
+    Route("/health", handlers.health, methods=["GET"]),
+    Route("/ready", handlers.ready, methods=["GET"]),
+    Route("/metrics", handlers.metrics, methods=["GET"]),
+    Route("/admin/workers", handlers.list_workers, methods=["GET"]),
+    Route("/admin/workers", handlers.add_worker, methods=["POST"]),
+    Route("/admin/workers/{worker_id:path}", handlers.remove_worker, methods=["DELETE"]),
+]
+
+
+def worker_id_from_url(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def build_gateway(config: GatewayConfig, tokenizer: ChatTokenizer | None = None,
+                  transport: httpx.AsyncBaseTransport | None = None) -> Gateway:
+    """The gateway's parts, wired; no I/O until the app starts."""
+    tokenizer = tokenizer or ChatTokenizer.from_dir(resolve_tokenizer(config.tokenizer))
+    fleet = Fleet(config.block_size, config.timing)
+    router = Router(fleet, PrefixIndex(config.index_max_entries),
+                    make_policy(config.policy, config.timing), random.Random(config.seed))
+    for spec in config.workers:
+        worker = router.add_worker(spec.worker_id or worker_id_from_url(spec.url), spec.url,
+                                   spec.capacity_blocks or config.capacity_blocks,
+                                   config.max_running)
+        worker.healthy = False  # until its first health check passes
+    client = httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(config.upstream_timeout_s, connect=config.connect_timeout_s),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+    )
+    metrics = GatewayMetrics(router, tokenizer)
+    health = HealthMonitor(router, client, config.health_interval_s)
+    return Gateway(config, router, tokenizer, client, metrics, health)
+
+
+def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
+               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    gateway = build_gateway(config, tokenizer, transport)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gateway.health.check_all()
+        monitor = asyncio.create_task(gateway.health.run())
+        try:
+            yield
+        finally:
+            monitor.cancel()
+            await gateway.client.aclose()
+            gateway.tokenizer.close()
+
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[Middleware(RequestIdMiddleware),
+                    Middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                            Exception: _unexpected_error},
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    return app
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return error_response(ApiError(exc.status_code, str(exc.detail), code=code))
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(internal_error())

@@ -1,0 +1,136 @@
+"""``radixgate``: command line. Every flag can also be set as ``RADIXGATE_<FLAG>``.
+
+    radixgate up       gateway + simulated workers on this machine
+    radixgate gateway  the gateway in front of workers given by URL
+    radixgate sim      one simulated engine (vLLM API)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway.config import GatewayConfig, WorkerSpec, default_tokenizer
+from gateway.policy import POLICIES
+
+
+def _env_name(dest: str) -> str:
+    return "RADIXGATE_" + dest.upper()
+
+
+def _apply_env(parser: argparse.ArgumentParser) -> None:
+    """Defaults from ``RADIXGATE_*`` variables (flags on the command line still win)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _apply_env(sub)
+            continue
+        value = os.environ.get(_env_name(action.dest))
+        if value is None or not action.option_strings or action.dest == "help":
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            action.default = value.lower() in ("1", "true", "yes", "on")
+        elif action.nargs in ("*", "+") or isinstance(action, argparse._AppendAction):
+            convert = action.type or str
+            action.default = [convert(v) for v in value.replace(",", " ").split()]
+        else:
+            action.default = action.type(value) if action.type else value
+        action.required = False
+
+
+def _common(p: argparse.ArgumentParser, port: int) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=port, help="port to listen on")
+    p.add_argument("--tokenizer", default=default_tokenizer(),
+                   help="tokenizer directory (tokenizer.json + tokenizer_config.json) or hub id")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _gateway_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="cache_aware", choices=sorted(POLICIES),
+                   help="routing policy")
+    p.add_argument("--block-size", type=int, default=16, help="index block size in tokens")
+    p.add_argument("--capacity-blocks", type=int, default=16384,
+                   help="default per-worker KV capacity in blocks")
+    p.add_argument("--max-body-bytes", type=int, default=16 << 20)
+    p.add_argument("--health-interval", type=float, default=2.0, help="seconds")
+    p.add_argument("--seed", type=int, default=None, help="seed for tie-breaking")
+
+
+def _sim_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="qwen3", help="served model name")
+    p.add_argument("--num-blocks", type=int, default=16384, help="KV capacity in blocks")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--profile", default="dynamo-mocker", help="timing profile")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="run this many times faster than the profile's real time")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="radixgate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="gateway + simulated workers on 127.0.0.1")
+    _common(up, 8000)
+    _gateway_flags(up)
+    _sim_flags(up)
+    up.add_argument("--workers", type=int, default=4, help="simulated workers to start")
+    up.add_argument("--log-dir", default=None, help="write each worker's log here")
+
+    gw = sub.add_parser("gateway", help="the gateway in front of running workers")
+    _common(gw, 8000)
+    _gateway_flags(gw)
+    gw.add_argument("--worker", action="append", default=[], metavar="URL",
+                    help="worker base URL (repeat for each worker)")
+    gw.add_argument("--model", default=None,
+                    help="served model name (default: learned from the workers)")
+    gw.add_argument("--max-model-len", type=int, default=None,
+                    help="context length (default: learned from the workers)")
+
+    sim = sub.add_parser("sim", help="one simulated engine speaking vLLM's API")
+    _common(sim, 8100)
+    _sim_flags(sim)
+    sim.add_argument("--block-size", type=int, default=16)
+    sim.add_argument("--output-min", type=int, default=16)
+    sim.add_argument("--output-max", type=int, default=256)
+    _apply_env(parser)
+    return parser
+
+
+def gateway_config(args: argparse.Namespace, workers: list[str]) -> GatewayConfig:
+    return GatewayConfig(
+        host=args.host, port=args.port, workers=[WorkerSpec(url) for url in workers],
+        policy=args.policy, tokenizer=args.tokenizer, model=getattr(args, "model", None),
+        max_model_len=getattr(args, "max_model_len", None), block_size=args.block_size,
+        capacity_blocks=args.capacity_blocks, max_body_bytes=args.max_body_bytes,
+        health_interval_s=args.health_interval, seed=args.seed,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call
+    from gateway import serve  # imported late: `--help` stays instant
+
+    if args.command == "gateway":
+        if not args.worker:
+            sys.exit("radixgate gateway: give at least one --worker URL")
+        config = gateway_config(args, args.worker)
+        asyncio.run(serve.run_gateway(config))
+    elif args.command == "sim":
+        asyncio.run(serve.run_sim(serve.sim_config(args)))
+    elif args.command == "up":
+        asyncio.run(serve.run_up(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""HealthMonitor: active health checks of every worker, and what they learn on the way.
+
+Every ``interval_s`` each worker's ``GET /health`` is probed; ``fail_threshold`` failures in
+a row take it out of rotation, one success brings it back. A worker that comes back after
+being down has most likely restarted with an empty cache, so its index entries are dropped.
+A healthy worker is also asked once for ``/v1/models``: the served model names and context
+length then come from the engines themselves, not from configuration that could disagree.
+(The proxy takes a worker out at once when a connection to it is refused.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+import orjson
+
+from gateway.fleet import Worker
+from gateway.router import Router
+
+log = logging.getLogger(__name__)
+
+
+class HealthMonitor:
+    def __init__(self, router: Router, client: httpx.AsyncClient, interval_s: float = 2.0,
+                 timeout_s: float = 2.0, fail_threshold: int = 2) -> None:
+        self.router = router
+        self.client = client
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.fail_threshold = fail_threshold
+
+    async def run(self) -> None:
+        while True:
+            await self.check_all()
+            await asyncio.sleep(self.interval_s)
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(w) for w in self.router.fleet.workers))
+
+    async def check(self, worker: Worker) -> None:
+        ok = await self._probe(worker)
+        if ok and not worker.models:
+            await self._learn_models(worker)
+        was_healthy = worker.healthy
+        if self.router.fleet.mark(worker, ok, self.fail_threshold):
+            log.warning("worker %s is %s", worker.id, "up" if worker.healthy else "down")
+            if worker.healthy and not was_healthy:
+                self.router.worker_restarted(worker)
+
+    async def _probe(self, worker: Worker) -> bool:
+        try:
+            response = await self.client.get(f"{worker.url}/health", timeout=self.timeout_s)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def _learn_models(self, worker: Worker) -> None:
+        try:
+            response = await self.client.get(f"{worker.url}/v1/models", timeout=self.timeout_s)
+            cards = orjson.loads(response.content).get("data") or []
+            worker.models = {c["id"]: c.get("max_model_len") for c in cards if "id" in c}
+        except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
+            log.info("worker %s: no model list (%s)", worker.id, exc)

@@ -1,0 +1,276 @@
+"""PrefixIndex: which worker holds which token prefix.
+
+A radix tree over chained block keys (:mod:`gateway.index.keys`). Each node holds a *run*
+of consecutive block keys (8 bytes each, compared with one ``memcmp``), the set of worker
+slots that hold the whole run (an int bitmask), and each holder's last-use stamp.
+
+Invariants
+  * Uniform runs: a worker holds all of a node's run or none of it (nodes split to keep it).
+  * Prefix closure: a worker that holds a node holds its parent. An engine can only reuse a
+    cached prefix from block 0 on, so a block behind a hole is useless and is not kept.
+  * Capacity mirror: a worker holds at most ``capacity`` blocks. Beyond it, its least
+    recently used *leaves* (nodes it holds with no child it holds) are dropped, tail first,
+    as an engine's LRU of free blocks drops them. Stamps never decrease down a path
+    (a use stamps the whole path), so the oldest leaf is the right victim.
+  * A global cap bounds all block-worker entries; past it the fullest worker gives way.
+
+Costs: ``match`` and ``insert`` walk one path: O(nodes on the path) dict lookups and run
+compares, independent of how much is indexed. Eviction uses one lazy min-heap per worker
+(stale entries are skipped on pop): O(log n) per dropped node. Memory: 8 bytes per block
+key plus ~0.3 KiB per node, shared by every worker that holds it.
+
+Plain synchronous code with no I/O: one owner (the gateway's event loop, or a simulator)
+applies every mutation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gateway.index.keys import KEY_BYTES, key_at
+
+
+class _Node:
+    __slots__ = ("children", "holders", "keys", "parent", "stamps")
+
+    def __init__(self, keys: bytes, parent: _Node | None) -> None:
+        self.keys = keys
+        self.parent = parent
+        self.children: dict[int, _Node] = {}
+        self.holders = 0
+        self.stamps: dict[int, int] = {}
+
+    @property
+    def length(self) -> int:
+        return len(self.keys) // KEY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    nodes: int
+    entries: int
+    blocks_by_slot: dict[int, int]
+
+
+def _bits(mask: int) -> Iterator[int]:
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _common_blocks(run: bytes, keys: bytes, off: int) -> int:
+    """Leading blocks shared by ``run`` and ``keys[off:]``, given their first keys match.
+
+    Keys are chained, so once one key differs every later key differs: binary search on
+    single-key equality is exact.
+    """
+    start = off * KEY_BYTES
+    seg = keys[start : start + len(run)]
+    if seg == run[: len(seg)]:
+        return len(seg) // KEY_BYTES
+    lo, hi = 1, len(seg) // KEY_BYTES  # key lo-1 equal, key hi-1 differs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        a = (mid - 1) * KEY_BYTES
+        if run[a : a + KEY_BYTES] == seg[a : a + KEY_BYTES]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class PrefixIndex:
+    """Global radix index of cached prefixes, per worker slot, with a capacity mirror."""
+
+    def __init__(self, max_entries: int = 64 << 20) -> None:
+        self._root = _Node(b"", None)
+        self._max_entries = max_entries
+        self._capacity: dict[int, int] = {}
+        self._blocks: dict[int, int] = {}
+        self._heaps: dict[int, list[tuple[int, int, _Node]]] = {}
+        self._entries = 0
+        self._nodes = 0
+        self._all = 0
+        self._tick = 0
+        self._seq = itertools.count()
+
+    # -- workers -----------------------------------------------------------------------
+    def add_worker(self, slot: int, capacity_blocks: int) -> None:
+        """Register a worker slot with room for ``capacity_blocks`` cached blocks."""
+        self._capacity[slot] = capacity_blocks
+        self._blocks.setdefault(slot, 0)
+        self._heaps.setdefault(slot, [])
+        self._all |= 1 << slot
+        self._evict(slot, capacity_blocks)
+
+    def set_capacity(self, slot: int, capacity_blocks: int) -> None:
+        self._capacity[slot] = capacity_blocks
+        self._evict(slot, capacity_blocks)
+
+    def clear_worker(self, slot: int) -> int:
+        """Forget everything ``slot`` holds (its engine restarted). Returns blocks dropped."""
+        dropped = self._blocks.get(slot, 0)
+        bit = 1 << slot
+        stack = list(self._root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.holders & bit:
+                stack.extend(node.children.values())
+                self._drop(node, slot, push_parent=False)
+        self._heaps[slot] = []
+        return dropped
+
+    def remove_worker(self, slot: int) -> None:
+        """Unregister ``slot`` and forget what it holds."""
+        if slot not in self._capacity:
+            return
+        self.clear_worker(slot)
+        self._all &= ~(1 << slot)
+        for table in (self._capacity, self._blocks, self._heaps):
+            table.pop(slot, None)
+
+    def blocks_held(self, slot: int) -> int:
+        return self._blocks.get(slot, 0)
+
+    def stats(self) -> IndexStats:
+        return IndexStats(self._nodes, self._entries, dict(self._blocks))
+
+    # -- queries -----------------------------------------------------------------------
+    def match(self, keys: bytes) -> dict[int, int]:
+        """Matched prefix length in blocks for every slot holding at least one block.
+
+        One walk down the prompt's path: a slot drops out at the first node it lacks.
+        """
+        n = len(keys) // KEY_BYTES
+        matched: dict[int, int] = {}
+        node, alive, off = self._root, self._all, 0
+        while off < n and alive:
+            child = node.children.get(key_at(keys, off))
+            if child is None:
+                break
+            run = _common_blocks(child.keys, keys, off)
+            held = alive & child.holders
+            if off:
+                for slot in _bits(alive & ~held):
+                    matched[slot] = off
+            alive = held
+            off += run
+            if run < child.length:
+                break
+            node = child
+        if off:
+            for slot in _bits(alive):
+                matched[slot] = off
+        return matched
+
+    # -- mutations ---------------------------------------------------------------------
+    def insert(self, slot: int, keys: bytes) -> None:
+        """Record that ``slot`` now holds the prefix ``keys`` (and used all of it now)."""
+        if slot not in self._capacity:
+            raise KeyError(f"unknown worker slot {slot}")
+        self._tick += 1
+        n = len(keys) // KEY_BYTES
+        node, off = self._root, 0
+        while off < n:
+            first = key_at(keys, off)
+            child = node.children.get(first)
+            if child is None:
+                child = _Node(keys[off * KEY_BYTES :], node)
+                node.children[first] = child
+                self._nodes += 1
+                run = n - off
+            else:
+                run = _common_blocks(child.keys, keys, off)
+                if run < child.length:
+                    self._split(child, run)
+            self._hold(child, slot)
+            off += run
+            node = child
+        self._evict(slot, self._capacity[slot])
+        self._enforce_global_cap()
+
+    def _hold(self, node: _Node, slot: int) -> None:
+        bit = 1 << slot
+        if not node.holders & bit:
+            node.holders |= bit
+            self._blocks[slot] += node.length
+            self._entries += node.length
+        node.stamps[slot] = self._tick
+        heapq.heappush(self._heaps[slot], (self._tick, next(self._seq), node))
+        self._compact_heap(slot)
+
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Cut ``node`` after ``at`` blocks; ``node`` keeps the head, the new tail is returned."""
+        cut = at * KEY_BYTES
+        tail = _Node(node.keys[cut:], node)
+        tail.children = node.children
+        for child in tail.children.values():
+            child.parent = tail
+        tail.holders = node.holders
+        tail.stamps = dict(node.stamps)
+        node.keys = node.keys[:cut]
+        node.children = {key_at(tail.keys, 0): tail}
+        self._nodes += 1
+        for slot, stamp in tail.stamps.items():
+            heapq.heappush(self._heaps[slot], (stamp, next(self._seq), tail))
+        return tail
+
+    def _evict(self, slot: int, target_blocks: int) -> None:
+        """Drop ``slot``'s least recently used leaves until it holds ``target_blocks``."""
+        heap, bit = self._heaps[slot], 1 << slot
+        while self._blocks[slot] > target_blocks and heap:
+            stamp, _, node = heapq.heappop(heap)
+            if not node.holders & bit or node.stamps.get(slot) != stamp:
+                continue  # stale entry: re-stamped or already dropped
+            if any(child.holders & bit for child in node.children.values()):
+                continue  # not a leaf for slot; re-pushed once its last child goes
+            excess = self._blocks[slot] - target_blocks
+            if node.length > excess:
+                node = self._split(node, node.length - excess)
+            self._drop(node, slot, push_parent=True)
+
+    def _drop(self, node: _Node, slot: int, *, push_parent: bool) -> None:
+        bit = 1 << slot
+        node.holders &= ~bit
+        del node.stamps[slot]
+        self._blocks[slot] -= node.length
+        self._entries -= node.length
+        parent = node.parent
+        if not node.holders:
+            # Prefix closure: nobody holds a child of a node nobody holds.
+            del parent.children[key_at(node.keys, 0)]
+            node.parent = None
+            self._nodes -= 1
+        if (
+            push_parent
+            and parent is not self._root
+            and parent.holders & bit
+            and not any(child.holders & bit for child in parent.children.values())
+        ):
+            heapq.heappush(self._heaps[slot], (parent.stamps[slot], next(self._seq), parent))
+
+    def _enforce_global_cap(self) -> None:
+        while self._entries > self._max_entries:
+            fullest = max(self._blocks, key=self._blocks.__getitem__)
+            over = self._entries - self._max_entries
+            self._evict(fullest, max(0, self._blocks[fullest] - over))
+
+    def _compact_heap(self, slot: int) -> None:
+        """Rebuild a heap that lazy deletion let grow far past the live entries."""
+        heap = self._heaps[slot]
+        if len(heap) < 4 * self._nodes + 1024:
+            return
+        bit = 1 << slot
+        live = []
+        stack = list(self._root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.holders & bit:
+                live.append((node.stamps[slot], next(self._seq), node))
+                stack.extend(node.children.values())
+        heapq.heapify(live)
+        self._heaps[slot] = live

@@ -1,0 +1,85 @@
+"""cache_aware: route to the worker with the lowest predicted time to first token, with the
+request's extra prefill priced by how busy the fleet is.
+
+For a prompt of n tokens and each healthy worker w:
+
+    hit_w  = prompt tokens w is predicted to hold (prefix index)
+    own_w  = prefill(n − hit_w) + steps(n − hit_w) · decode_step(kv_w)   [if w is decoding]
+    wait_w = backlog_w                                  queued prefill work ahead, seconds
+           + seat_w                                     waiting for a running slot, if full
+    cost_w = wait_w + own_w + λ · own_w,                λ = ρ / (1 − ρ),  ρ = min(util, ρ_max)
+
+``wait_w + own_w`` is the request's own predicted TTFT on w. The last term is the
+externality: the prefill this request adds to w also delays every request queued behind
+it, and in a queue at utilisation ρ each second of added work costs the others about
+ρ/(1−ρ) seconds of waiting. An idle fleet (ρ≈0) therefore spreads freely on load, while
+a busy one keeps cache affinity, the regime where greedy own-TTFT routing gives it up.
+Affinity is never absolute: a hot prefix's holder accumulates ``wait`` until prefilling the
+prefix elsewhere is cheaper, and the prefix is replicated. ρ is capped (ρ_max = 0.9, so
+λ ≤ 9) so that an overloaded fleet still spills from a hot worker.
+
+Ties (equal cost to 1e-9 relative) are broken at random.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gateway.policy.base import Decision, FleetView, RequestView, WorkerView, pick_fairly
+from gateway.policy.timing import EngineTiming
+
+
+@dataclass(frozen=True, slots=True)
+class CostBreakdown:
+    hit: int
+    own_s: float
+    wait_s: float
+    cost: float
+
+    @property
+    def ttft_s(self) -> float:
+        return self.wait_s + self.own_s
+
+
+@dataclass
+class CacheAwarePolicy:
+    timing: EngineTiming = field(default_factory=EngineTiming)
+    max_utilization: float = 0.9
+    name: str = "cache_aware"
+
+    def externality(self, utilization: float) -> float:
+        rho = min(max(utilization, 0.0), self.max_utilization)
+        return rho / (1.0 - rho)
+
+    def cost(self, request: RequestView, worker: WorkerView, hit: int, lam: float
+             ) -> CostBreakdown:
+        timing = self.timing
+        new = max(request.prompt_tokens - hit, 0)
+        kv = worker.active_tokens / worker.capacity_tokens if worker.capacity_tokens else 0.0
+        own = timing.prefill_s(new)
+        if worker.in_flight > worker.prefilling:  # running decodes ride along every step
+            own += timing.prefill_steps(new) * timing.decode_step_s(kv)
+        wait = worker.backlog_s
+        over = worker.in_flight - worker.max_running
+        if over >= 0:  # no free running slot: wait for (over+1) of max_running to finish
+            wait += (over + 1) / worker.max_running * request.max_tokens * timing.decode_step_s(kv)
+        return CostBreakdown(hit, own, wait, wait + own + lam * own)
+
+    def choose(self, request: RequestView, cached: Mapping[int, int], fleet: FleetView,
+               rng: random.Random) -> Decision:
+        lam = self.externality(fleet.utilization)
+        costs = [(w, self.cost(request, w, cached.get(w.slot, 0), lam)) for w in fleet.workers]
+        best = min(c.cost for _, c in costs)
+        tied = [w for w, c in costs if c.cost <= best * (1 + 1e-9) + 1e-12]
+        chosen = pick_fairly(tied, rng)
+        breakdown = next(c for w, c in costs if w is chosen)
+        top_hit = max(c.hit for _, c in costs)
+        if top_hit == 0:
+            reason = "load"
+        elif breakdown.hit == top_hit:
+            reason = "cache"
+        else:
+            reason = "spill"  # a better-cached worker was too busy: the prefix replicates
+        return Decision(chosen, breakdown.hit, breakdown.ttft_s, reason)

@@ -1,0 +1,99 @@
+"""Router: the routing core in one place: prompt tokens → block keys → index → policy → fleet.
+
+    keys    = block_keys(tokens, namespace)           gateway/index/keys.py
+    matched = index.match(keys)                       gateway/index/prefix.py
+    choice  = policy.choose(request, cached, view)    gateway/policy/
+    ticket  = fleet.admit(worker, ...)                gateway/fleet.py
+    index.insert(worker, keys)                        (approximate: the worker will hold it)
+
+It decides; it does not send (see gateway/proxy.py). Synchronous and clock-injected, so the
+load-test simulator drives exactly this code in virtual time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from gateway.fleet import Fleet, Ticket, Worker
+from gateway.index.keys import block_keys, root_seed
+from gateway.index.prefix import PrefixIndex
+from gateway.policy.base import Decision, FleetView, Policy, RequestView, WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    worker: Worker
+    decision: Decision
+    ticket: Ticket
+
+
+class Router:
+    def __init__(self, fleet: Fleet, index: PrefixIndex, policy: Policy,
+                 rng: random.Random | None = None) -> None:
+        self.fleet = fleet
+        self.index = index
+        self.policy = policy
+        self.rng = rng or random.Random()
+        self._seeds: dict[str, int] = {}
+        self._seq = 0
+
+    @property
+    def block_size(self) -> int:
+        return self.fleet.block_size
+
+    # -- membership --------------------------------------------------------------------
+    def add_worker(self, worker_id: str, url: str, capacity_blocks: int,
+                   max_running: int = 256) -> Worker:
+        worker = self.fleet.add_worker(worker_id, url, capacity_blocks, max_running)
+        self.index.add_worker(worker.slot, capacity_blocks)
+        return worker
+
+    def remove_worker(self, worker_id: str) -> None:
+        worker = self.fleet.remove_worker(worker_id)
+        if worker is not None:
+            self.index.remove_worker(worker.slot)
+
+    def worker_restarted(self, worker: Worker) -> None:
+        """The worker's engine lost its cache (restart, or down long enough to doubt it)."""
+        self.index.clear_worker(worker.slot)
+
+    # -- routing -----------------------------------------------------------------------
+    def keys(self, token_bytes: bytes, namespace: str = "") -> bytes:
+        seed = self._seeds.get(namespace)
+        if seed is None:
+            seed = self._seeds[namespace] = root_seed(namespace)
+        return block_keys(token_bytes, self.block_size, seed)
+
+    def cached_tokens(self, keys: bytes, prompt_tokens: int) -> dict[int, int]:
+        """Per worker slot, the prompt tokens the engine would serve from cache.
+
+        Engines reuse whole blocks and always recompute the last prompt token, so a hit
+        is capped at ``floor((n − 1) / block_size)`` blocks.
+        """
+        cap = max(prompt_tokens - 1, 0) // self.block_size
+        bs = self.block_size
+        return {slot: min(blocks, cap) * bs for slot, blocks in self.index.match(keys).items()}
+
+    def route(self, keys: bytes, prompt_tokens: int, max_tokens: int, *,
+              affinity_key: str | None = None, first_token_signal: bool = True,
+              exclude: Collection[WorkerId] = (), eligible: Collection[WorkerId] | None = None,
+              ) -> Route | None:
+        """Choose a worker, claim it, and record the prefix there. ``None``: no worker."""
+        view = self.fleet.view()
+        workers = tuple(w for w in view.workers if w.worker_id not in exclude
+                        and (eligible is None or w.worker_id in eligible))
+        if not workers:
+            return None
+        self._seq += 1
+        request = RequestView(prompt_tokens, max_tokens, self._seq, affinity_key)
+        cached = self.cached_tokens(keys, prompt_tokens)
+        decision = self.policy.choose(request, cached, FleetView(workers, view.utilization),
+                                      self.rng)
+        worker = self.fleet.get(decision.worker.worker_id)
+        assert worker is not None
+        ticket = self.fleet.admit(worker, prompt_tokens, decision.cached_tokens, max_tokens,
+                                  first_token_signal=first_token_signal)
+        self.index.insert(worker.slot, keys)
+        return Route(worker, decision, ticket)

@@ -1,0 +1,215 @@
+"""ChatTokenizer: chat → the engine's exact prompt token ids, cheaply and off the event loop.
+
+Chat templates put special tokens at message boundaries, and a tokenizer splits its input
+at added tokens before anything else, so the rendered prompt can be cut at those tokens and
+each piece encoded on its own: concatenating the pieces' ids gives exactly the full encode.
+Pieces are cached (LRU by size): a long system prompt or an earlier turn is tokenized once,
+not on every request. A self-check at load time compares piece-wise and full encodes and
+falls back to full encodes for a tokenizer where they differ (e.g. a Metaspace
+pre-tokenizer that treats each piece as the start of the text).
+
+Token ids travel as ``bytes`` of uint32 little-endian: concatenation is a ``memcpy`` and
+block keys hash them without conversion. HF ``tokenizers`` releases the GIL only in
+``encode_batch``, so large misses are encoded there, in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from array import array
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from gateway.chat_template import ChatTemplate
+
+log = logging.getLogger(__name__)
+
+TokenBytes = bytes
+"""Token ids as uint32 little-endian bytes."""
+
+_SELF_CHECK = [
+    [{"role": "system", "content": "You are a helpful assistant. Answer briefly."},
+     {"role": "user", "content": "  Hello,\n world! 1234 ünïcödé <not a token>  "}],
+    [{"role": "user", "content": "Line one\n\n\tindented\r\nspaces   end "},
+     {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nSure."},
+     {"role": "user", "content": "next"}],
+]
+
+
+def ids_to_bytes(ids: list[int]) -> TokenBytes:
+    return array("I", ids).tobytes()
+
+
+def bytes_to_ids(data: TokenBytes) -> list[int]:
+    return array("I", data).tolist()
+
+
+class _PieceCache:
+    """LRU of text piece → token bytes, bounded by the bytes it holds."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._max = max_bytes
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, piece: str) -> bytes | None:
+        found = self._items.get(piece)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._items.move_to_end(piece)
+        return found
+
+    def put(self, piece: str, ids: bytes) -> None:
+        cost = len(piece) + len(ids) + 100
+        if cost > self._max // 4 or piece in self._items:
+            return
+        self._items[piece] = ids
+        self._size += cost
+        while self._size > self._max:
+            old, old_ids = self._items.popitem(last=False)
+            self._size -= len(old) + len(old_ids) + 100
+
+
+class ChatTokenizer:
+    """The model's chat template + HF tokenizer, with a piece cache and async encodes."""
+
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate | None, *,
+                 cache_bytes: int = 256 << 20, offload_chars: int = 4096,
+                 executor: ThreadPoolExecutor | None = None) -> None:
+        self._tok = tokenizer
+        self.template = template
+        self._cache = _PieceCache(cache_bytes)
+        self._offload_chars = offload_chars
+        self._executor = executor or ThreadPoolExecutor(2, thread_name_prefix="tokenize")
+        self._special_ids, self._splitter = self._build_splitter(tokenizer)
+        self._wrap = self._post_processor_wrap(tokenizer)
+        self.piecewise = self._splitter is not None and self._self_check()
+
+    @classmethod
+    def from_dir(cls, directory: str | Path, **kwargs: Any) -> ChatTokenizer:
+        directory = Path(directory)
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        try:
+            template = ChatTemplate.from_dir(directory)
+        except (FileNotFoundError, ValueError):
+            template = None
+        return cls(tokenizer, template, **kwargs)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- encoding ----------------------------------------------------------------------
+    def encode(self, text: str) -> TokenBytes:
+        """Synchronous encode (no special tokens added), piece-cached when safe."""
+        if not self.piecewise:
+            return ids_to_bytes(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
+        pieces = self._splitter.split(text)  # odd positions: the added tokens themselves
+        found: dict[str, bytes] = {"": b""}
+        missing: dict[str, None] = {}
+        for piece in pieces[0::2]:
+            if piece not in found:
+                ids = self._cache.get(piece)
+                if ids is None:
+                    missing[piece] = None
+                else:
+                    found[piece] = ids
+        if missing:
+            texts = list(missing)
+            for piece, enc in zip(
+                texts, self._tok.encode_batch(texts, add_special_tokens=False), strict=True
+            ):
+                found[piece] = ids_to_bytes(enc.ids)
+                self._cache.put(piece, found[piece])
+        special = self._special_ids
+        return b"".join(special[p] if i % 2 else found[p] for i, p in enumerate(pieces))
+
+    def encode_with_specials(self, text: str) -> TokenBytes:
+        """Encode as a completion prompt: with the tokenizer's own added tokens (BOS...)."""
+        prefix, suffix = self._wrap
+        return prefix + self.encode(text) + suffix
+
+    async def encode_async(self, text: str, add_special_tokens: bool = False) -> TokenBytes:
+        """Encode without stalling the event loop: large texts go to a worker thread."""
+        fn = self.encode_with_specials if add_special_tokens else self.encode
+        if len(text) <= self._offload_chars:
+            return fn(text)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, text)
+
+    def render(self, messages: list[dict], **kwargs: Any) -> str:
+        if self.template is None:
+            raise ValueError("this tokenizer has no chat template")
+        return self.template.render(messages, **kwargs)
+
+    async def encode_chat(self, messages: list[dict], **kwargs: Any) -> TokenBytes:
+        """Render normalised ``messages`` and encode; large chats entirely off the loop."""
+        size = sum(len(m.get("content") or "") for m in messages)
+        if size <= self._offload_chars:
+            return self.encode(self.render(messages, **kwargs))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, lambda: self.encode(self.render(messages, **kwargs))
+        )
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def cache_stats(self) -> tuple[int, int]:
+        return self._cache.hits, self._cache.misses
+
+    # -- set-up ------------------------------------------------------------------------
+    @staticmethod
+    def _build_splitter(tok: Tokenizer) -> tuple[dict[str, bytes], re.Pattern | None]:
+        """Split pattern over added tokens that match literally (no strip/word rules)."""
+        plain = {}
+        for token_id, added in tok.get_added_tokens_decoder().items():
+            if added.lstrip or added.rstrip or added.single_word or added.normalized:
+                continue
+            plain[added.content] = ids_to_bytes([token_id])
+        if not plain:
+            return {}, None
+        alternation = "|".join(re.escape(t) for t in sorted(plain, key=len, reverse=True))
+        return plain, re.compile(f"({alternation})")
+
+    @staticmethod
+    def _post_processor_wrap(tok: Tokenizer) -> tuple[bytes, bytes]:
+        """The ids a post-processor adds around a single text (e.g. BOS), as bytes."""
+        bare = tok.encode("a", add_special_tokens=False).ids
+        full = tok.encode("a", add_special_tokens=True).ids
+        at = next((i for i in range(len(full)) if full[i:i + len(bare)] == bare), 0)
+        return ids_to_bytes(full[:at]), ids_to_bytes(full[at + len(bare):])
+
+    def _self_check(self) -> bool:
+        texts = ["plain text, no specials", *(t for t in self._special_ids)]
+        if self.template is not None:
+            for chat in _SELF_CHECK:
+                try:
+                    texts.append(self.template.render(chat, add_generation_prompt=True))
+                except ValueError:
+                    continue
+        joined = " x ".join(texts)
+        texts.append(joined)
+        self.piecewise = True
+        for text in texts:
+            full = ids_to_bytes(self._tok.encode(text, add_special_tokens=False).ids)
+            if self.encode(text) != full:
+                log.warning("piece-wise tokenization differs from full encodes for this "
+                            "tokenizer; caching pieces is off")
+                self._cache = _PieceCache(self._cache._max)
+                return False
+        return True
+
