@@ -59,6 +59,8 @@ def _gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body-bytes", type=int, default=16 << 20)
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds")
     p.add_argument("--seed", type=int, default=None, help="seed for tie-breaking")
+    p.add_argument("--upstream-timeout", type=float, default=600.0,
+                   help="seconds to wait for a worker's next byte")
 
 
 def _sim_flags(p: argparse.ArgumentParser) -> None:
@@ -111,6 +113,7 @@ def gateway_config(args: argparse.Namespace, workers: list[str]) -> GatewayConfi
         max_model_len=getattr(args, "max_model_len", None), block_size=args.block_size,
         capacity_blocks=args.capacity_blocks, max_body_bytes=args.max_body_bytes,
         health_interval_s=args.health_interval, seed=args.seed,
+        upstream_timeout_s=args.upstream_timeout,
     )
 
 

@@ -156,7 +156,7 @@ class Gateway:
         if reply.status == 200:
             sniffer.feed_json(body)
         self.record(route, reply.status, path, started, prompt_tokens, sniffer)
-        headers = reply.headers() | self.route_headers(route, request_id)
+        headers = reply.headers() | self.route_headers(route, request_id, prompt_tokens)
         return Response(body, status_code=reply.status, headers=headers)
 
     def relay(self, reply: UpstreamReply, route: Route, path: str, request_id: str,
@@ -168,7 +168,7 @@ class Gateway:
             self.router.fleet.release(route.ticket, ok=ok)
             self.record(route, 200 if ok else 499, path, started, prompt_tokens, sniffer)
 
-        headers = reply.headers() | self.route_headers(route, request_id)
+        headers = reply.headers() | self.route_headers(route, request_id, prompt_tokens)
         return RelayResponse(reply, headers, sniffer.feed, finished)
 
     def record(self, route: Route, status: int, path: str, started: float,
@@ -182,9 +182,10 @@ class Gateway:
             m.reported_cached.inc(sniffer.cached_tokens)
 
     @staticmethod
-    def route_headers(route: Route, request_id: str) -> dict[str, str]:
+    def route_headers(route: Route, request_id: str, prompt_tokens: int) -> dict[str, str]:
         return {"x-radixgate-worker": route.worker.id,
                 "x-radixgate-prefix-tokens": str(route.decision.cached_tokens),
+                "x-radixgate-prompt-tokens": str(prompt_tokens),
                 "x-request-id": request_id}
 
 
