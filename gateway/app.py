@@ -26,6 +26,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.middleware.body_limit import BodyLimitMiddleware
 from gateway.middleware.request_id import RequestIdMiddleware
 from gateway.policy import make_policy
+from gateway.proxy import Upstream
 from gateway.router import Router
 from gateway.service import Gateway
 from gateway.tokenize import ChatTokenizer
@@ -62,14 +63,15 @@ def build_gateway(config: GatewayConfig, tokenizer: ChatTokenizer | None = None,
                                    spec.capacity_blocks or config.capacity_blocks,
                                    config.max_running)
         worker.healthy = False  # until its first health check passes
+    transport = transport or httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
     client = httpx.AsyncClient(
         transport=transport,
         timeout=httpx.Timeout(config.upstream_timeout_s, connect=config.connect_timeout_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
     )
     metrics = GatewayMetrics(router, tokenizer)
     health = HealthMonitor(router, client, config.health_interval_s)
-    return Gateway(config, router, tokenizer, client, metrics, health)
+    return Gateway(config, router, tokenizer, Upstream(client, transport), metrics, health)
 
 
 def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
@@ -84,7 +86,7 @@ def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
             yield
         finally:
             monitor.cancel()
-            await gateway.client.aclose()
+            await gateway.upstream.client.aclose()
             gateway.tokenizer.close()
 
     app = Starlette(

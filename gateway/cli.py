@@ -12,7 +12,8 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from gateway.config import GatewayConfig, WorkerSpec, default_tokenizer
 from gateway.policy import POLICIES
@@ -127,12 +128,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "gateway":
         if not args.worker:
             sys.exit("radixgate gateway: give at least one --worker URL")
-        config = gateway_config(args, args.worker)
-        asyncio.run(serve.run_gateway(config))
+        _run(serve.run_gateway(gateway_config(args, args.worker)))
     elif args.command == "sim":
-        asyncio.run(serve.run_sim(serve.sim_config(args)))
+        _run(serve.run_sim(serve.sim_config(args)))
     elif args.command == "up":
-        asyncio.run(serve.run_up(args))
+        _run(serve.run_up(args))
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (it is with uvicorn[standard]): a faster loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 if __name__ == "__main__":

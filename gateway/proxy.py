@@ -59,12 +59,30 @@ class UpstreamReply:
             await self.response.aclose()
 
 
-async def open_reply(client: httpx.AsyncClient, url: str, body: bytes,
+class Upstream:
+    """Engine-bound requests straight through an httpx transport.
+
+    The request path skips ``AsyncClient.send`` (cookie jars, auth and redirect handling,
+    event hooks: half of the gateway's CPU per request, measured) and talks to the
+    transport's connection pool directly; the client still builds requests (timeouts).
+    """
+
+    def __init__(self, client: httpx.AsyncClient, transport: httpx.AsyncBaseTransport) -> None:
+        self.client = client
+        self.transport = transport
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+        request = self.client.build_request("POST", url, content=body, headers=headers)
+        response = await self.transport.handle_async_request(request)
+        response.request = request
+        return response
+
+
+async def open_reply(upstream: Upstream, url: str, body: bytes,
                      headers: dict[str, str]) -> UpstreamReply:
     """POST ``body`` and wait for the status line and the first body chunk."""
-    request = client.build_request("POST", url, content=body, headers=headers)
     try:
-        response = await client.send(request, stream=True)
+        response = await upstream.post(url, body, headers)
     except httpx.TimeoutException as exc:
         raise UpstreamFailure(f"timed out ({type(exc).__name__})",
                               retryable=isinstance(exc, httpx.ConnectTimeout)) from None

@@ -12,7 +12,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import httpx
 import orjson
 from starlette.responses import Response
 
@@ -23,7 +22,14 @@ from gateway.config import GatewayConfig
 from gateway.health import HealthMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.policy.base import WorkerId
-from gateway.proxy import RelayResponse, UpstreamFailure, UpstreamReply, UsageSniffer, open_reply
+from gateway.proxy import (
+    RelayResponse,
+    Upstream,
+    UpstreamFailure,
+    UpstreamReply,
+    UsageSniffer,
+    open_reply,
+)
 from gateway.router import Route, Router
 from gateway.tokenize import ChatTokenizer, TokenBytes, ids_to_bytes
 
@@ -42,12 +48,11 @@ class ModelTarget:
 
 class Gateway:
     def __init__(self, config: GatewayConfig, router: Router, tokenizer: ChatTokenizer,
-                 client: httpx.AsyncClient, metrics: GatewayMetrics,
-                 health: HealthMonitor) -> None:
+                 upstream: Upstream, metrics: GatewayMetrics, health: HealthMonitor) -> None:
         self.config = config
         self.router = router
         self.tokenizer = tokenizer
-        self.client = client
+        self.upstream = upstream
         self.metrics = metrics
         self.health = health
 
@@ -121,7 +126,7 @@ class Gateway:
         for _ in range(self.config.max_attempts):
             route = self.route(parsed, target, keys, prompt_tokens, failed)
             try:
-                reply = await open_reply(self.client, route.worker.url + path, raw_body,
+                reply = await open_reply(self.upstream, route.worker.url + path, raw_body,
                                          {"content-type": "application/json",
                                           "x-request-id": request_id})
                 if parsed.stream and reply.status == 200:

@@ -116,7 +116,14 @@ class ChatTokenizer:
     def encode(self, text: str) -> TokenBytes:
         """Synchronous encode (no special tokens added), piece-cached when safe."""
         if not self.piecewise:
-            return ids_to_bytes(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
+            return self._encode_pieces([text])[text]
+        pieces, found, missing = self._lookup(text)
+        if missing:
+            found.update(self._encode_pieces(missing))
+        return self._assemble(pieces, found)
+
+    def _lookup(self, text: str) -> tuple[list[str], dict[str, bytes], list[str]]:
+        """Split at added tokens; find each text piece in the cache or list it as missing."""
         pieces = self._splitter.split(text)  # odd positions: the added tokens themselves
         found: dict[str, bytes] = {"": b""}
         missing: dict[str, None] = {}
@@ -127,28 +134,41 @@ class ChatTokenizer:
                     missing[piece] = None
                 else:
                     found[piece] = ids
-        if missing:
-            texts = list(missing)
-            for piece, enc in zip(
-                texts, self._tok.encode_batch(texts, add_special_tokens=False), strict=True
-            ):
-                found[piece] = ids_to_bytes(enc.ids)
-                self._cache.put(piece, found[piece])
+        return pieces, found, list(missing)
+
+    def _encode_pieces(self, texts: list[str]) -> dict[str, bytes]:
+        """Encode uncached pieces (GIL released: safe to run in a worker thread)."""
+        encoded = self._tok.encode_batch(texts, add_special_tokens=False)
+        fresh = {t: ids_to_bytes(e.ids) for t, e in zip(texts, encoded, strict=True)}
+        for piece, ids in fresh.items():
+            self._cache.put(piece, ids)
+        return fresh
+
+    def _assemble(self, pieces: list[str], found: dict[str, bytes]) -> TokenBytes:
         special = self._special_ids
         return b"".join(special[p] if i % 2 else found[p] for i, p in enumerate(pieces))
+
+    async def encode_async(self, text: str, add_special_tokens: bool = False) -> TokenBytes:
+        """Encode without stalling the event loop: only the uncached part of the text is
+        tokenized, in a worker thread when it is large."""
+        prefix, suffix = self._wrap if add_special_tokens else (b"", b"")
+        if not self.piecewise:
+            pieces, found, missing = [text], {}, [text]
+        else:
+            pieces, found, missing = self._lookup(text)
+        if sum(map(len, missing)) > self._offload_chars:
+            loop = asyncio.get_running_loop()
+            found.update(await loop.run_in_executor(self._executor, self._encode_pieces,
+                                                    missing))
+        elif missing:
+            found.update(self._encode_pieces(missing))
+        body = self._assemble(pieces, found) if self.piecewise else found[text]
+        return prefix + body + suffix
 
     def encode_with_specials(self, text: str) -> TokenBytes:
         """Encode as a completion prompt: with the tokenizer's own added tokens (BOS...)."""
         prefix, suffix = self._wrap
         return prefix + self.encode(text) + suffix
-
-    async def encode_async(self, text: str, add_special_tokens: bool = False) -> TokenBytes:
-        """Encode without stalling the event loop: large texts go to a worker thread."""
-        fn = self.encode_with_specials if add_special_tokens else self.encode
-        if len(text) <= self._offload_chars:
-            return fn(text)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, text)
 
     def render(self, messages: list[dict], **kwargs: Any) -> str:
         if self.template is None:
@@ -156,14 +176,9 @@ class ChatTokenizer:
         return self.template.render(messages, **kwargs)
 
     async def encode_chat(self, messages: list[dict], **kwargs: Any) -> TokenBytes:
-        """Render normalised ``messages`` and encode; large chats entirely off the loop."""
-        size = sum(len(m.get("content") or "") for m in messages)
-        if size <= self._offload_chars:
-            return self.encode(self.render(messages, **kwargs))
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, lambda: self.encode(self.render(messages, **kwargs))
-        )
+        """Render normalised ``messages`` (inline: rendering is cheap string assembly) and
+        encode them; only uncached pieces are tokenized."""
+        return await self.encode_async(self.render(messages, **kwargs))
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)

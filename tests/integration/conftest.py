@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.integration.procs import Proc, start_gateway, start_sim, wait_until
+from loadtest.procs import Proc, start_gateway, start_sim, wait_until
 
 
 @dataclass

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from loadtest.procs import HOST, running, start_gateway
 from tests.integration.conftest import Stack
-from tests.integration.procs import HOST, running, start_gateway
 
 CHAT = "/v1/chat/completions"
 

@@ -9,8 +9,8 @@ import time
 import httpx
 import openai
 
+from loadtest.procs import wait_until
 from tests.integration.conftest import Stack
-from tests.integration.procs import wait_until
 
 SYSTEM = "You are a meticulous assistant for a large hardware catalogue. " * 20
 

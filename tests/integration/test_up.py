@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.integration.procs import Proc, free_port, radixgate, wait_until
+from loadtest.procs import Proc, free_port, radixgate, wait_until
 
 
 def children(pid: int) -> list[int]:

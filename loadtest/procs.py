@@ -1,4 +1,4 @@
-"""Real processes on 127.0.0.1 for integration tests: start, wait until ready, stop."""
+"""Real processes on 127.0.0.1 (tests, benchmarks): start, wait until ready, stop."""
 
 from __future__ import annotations
 
