@@ -10,8 +10,10 @@ fleet keeps, per worker:
   drains by itself as time passes. Observed first tokens correct it: a request that starts
   late (early) shifts the whole worker's queue by its error, once (``offset`` keeps
   corrections from being counted twice);
-* fleet ``utilization``: prefill seconds admitted per worker-second, an exponentially
-  decaying average over ``window_s``.
+* fleet ``utilization``: the fraction of workers with a prefill waiting (a request without
+  its first token yet), time-averaged with exponential decay over ``window_s``. This is the
+  busy fraction of the engines' prefill "server" as requests experience it, decode
+  interference and engine slowness included, with no model of engine capacity needed.
 
 The clock is injected, so the same accounting runs on wall time in the gateway and on
 virtual time in the load-test simulator. State lives in this object only (no globals): a
@@ -70,14 +72,15 @@ class Ticket:
 
 class Fleet:
     def __init__(self, block_size: int, timing: EngineTiming | None = None,
-                 clock: Callable[[], float] = time.monotonic, window_s: float = 60.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, window_s: float = 20.0) -> None:
         self.block_size = block_size
         self.timing = timing or EngineTiming()
         self.clock = clock
         self.window_s = window_s
         self._workers: dict[WorkerId, Worker] = {}
-        self._work = 0.0
-        self._work_at = clock()
+        self._busy = 0  # workers with at least one request waiting for its first token
+        self._busy_area = 0.0
+        self._busy_at = clock()
         self._ids = itertools.count()
 
     # -- membership and health ---------------------------------------------------------
@@ -129,10 +132,9 @@ class Fleet:
         if not first_token_signal:
             heapq.heappush(worker._queue, (ticket.base_first_token, next(self._ids), ticket))
         worker.in_flight += 1
-        worker.prefilling += 1
+        self._prefilling(worker, +1, now)
         worker.active_tokens += prompt_tokens + max_tokens
         worker.requests_total += 1
-        self._add_work(now, prefill_s)
         return ticket
 
     def first_token(self, ticket: Ticket) -> None:
@@ -143,7 +145,7 @@ class Fleet:
         error = now - (ticket.base_first_token + worker.offset)
         worker.offset += error
         worker.busy_until = max(worker.busy_until + error, now)
-        self._end_prefill(ticket)
+        self._end_prefill(ticket, now)
 
     def release(self, ticket: Ticket, ok: bool = True) -> None:
         """The request finished (or failed, or was cancelled): free its claim."""
@@ -155,16 +157,29 @@ class Fleet:
             remaining = ticket.base_first_token + worker.offset - now
             if remaining > 0:
                 worker.busy_until -= min(remaining, ticket.prefill_s)
-            self._end_prefill(ticket)
+            self._end_prefill(ticket, now)
         ticket.released = True
         worker.in_flight -= 1
         worker.active_tokens -= ticket.prompt_tokens + ticket.max_tokens
         if not ok:
             worker.errors_total += 1
 
-    def _end_prefill(self, ticket: Ticket) -> None:
+    def _end_prefill(self, ticket: Ticket, now: float) -> None:
         ticket.prefilling = False
-        ticket.worker.prefilling -= 1
+        self._prefilling(ticket.worker, -1, now)
+
+    def _prefilling(self, worker: Worker, delta: int, now: float) -> None:
+        was_busy = worker.prefilling > 0
+        worker.prefilling += delta
+        if was_busy != (worker.prefilling > 0):
+            self._advance_busy(now)
+            self._busy += 1 if delta > 0 else -1
+
+    def _advance_busy(self, now: float) -> None:
+        """Exponentially weighted integral of the busy-worker count up to ``now``."""
+        decay = math.exp(-max(now - self._busy_at, 0.0) / self.window_s)
+        self._busy_area = self._busy_area * decay + self._busy * self.window_s * (1 - decay)
+        self._busy_at = max(now, self._busy_at)
 
     def _expire_prefills(self, worker: Worker, now: float) -> None:
         """Requests without a first-token signal start decoding when predicted to."""
@@ -173,21 +188,15 @@ class Fleet:
                          or queue[0][0] + worker.offset <= now):
             _, _, ticket = heapq.heappop(queue)
             if ticket.prefilling and not ticket.released:
-                self._end_prefill(ticket)
-
-    def _add_work(self, now: float, seconds: float) -> None:
-        self._work = self._decayed_work(now) + seconds
-        self._work_at = now
-
-    def _decayed_work(self, now: float) -> float:
-        return self._work * math.exp(-(now - self._work_at) / self.window_s)
+                self._end_prefill(ticket, now)
 
     def utilization(self) -> float:
-        """Prefill seconds offered per healthy worker-second, recently."""
+        """Recent fraction of healthy workers with a prefill waiting (0 idle, 1 saturated)."""
         n = len(self.healthy())
         if not n:
             return 0.0
-        return self._decayed_work(self.clock()) / self.window_s / n
+        self._advance_busy(self.clock())
+        return min(1.0, self._busy_area / self.window_s / n)
 
     # -- snapshots ---------------------------------------------------------------------
     def view(self) -> FleetView:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.fleet import Fleet, Ticket, Worker
 from gateway.index.keys import block_keys, root_seed
-from gateway.index.prefix import PrefixIndex
+from gateway.index.prefix import Pin, PrefixIndex
 from gateway.policy.base import Decision, FleetView, Policy, RequestView, WorkerId
 
 
@@ -27,6 +27,8 @@ class Route:
     worker: Worker
     decision: Decision
     ticket: Ticket
+    keys: bytes
+    pin: Pin | None
 
 
 class Router:
@@ -95,5 +97,13 @@ class Router:
         assert worker is not None
         ticket = self.fleet.admit(worker, prompt_tokens, decision.cached_tokens, max_tokens,
                                   first_token_signal=first_token_signal)
-        self.index.insert(worker.slot, keys)
-        return Route(worker, decision, ticket)
+        # Pinned while it runs: the engine cannot evict blocks a running request uses.
+        pin = self.index.insert(worker.slot, keys, pin=True)
+        return Route(worker, decision, ticket, keys, pin)
+
+    def finish(self, route: Route, ok: bool = True) -> None:
+        """The request is over: free its claim and unpin its prefix, which becomes the most
+        recently used on that worker, as when an engine frees a request's blocks."""
+        self.fleet.release(route.ticket, ok)
+        if route.pin is not None:
+            self.index.unpin(route.pin)

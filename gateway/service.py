@@ -146,7 +146,7 @@ class Gateway:
 
     def worker_failed(self, route: Route, failure: UpstreamFailure) -> None:
         fleet = self.router.fleet
-        fleet.release(route.ticket, ok=False)
+        self.router.finish(route, ok=False)
         self.metrics.upstream_errors.labels(route.worker.id).inc()
         if failure.retryable:
             self.metrics.retries.labels(route.worker.id).inc()
@@ -156,7 +156,7 @@ class Gateway:
     def respond(self, reply: UpstreamReply, body: bytes, route: Route, path: str,
                 request_id: str, started: float, prompt_tokens: int) -> Response:
         """A complete (non-streamed, or error) reply from the engine."""
-        self.router.fleet.release(route.ticket, ok=reply.status < 500)
+        self.router.finish(route, ok=reply.status < 500)
         sniffer = UsageSniffer()
         if reply.status == 200:
             sniffer.feed_json(body)
@@ -170,7 +170,7 @@ class Gateway:
         sniffer = UsageSniffer()
 
         def finished(ok: bool) -> None:
-            self.router.fleet.release(route.ticket, ok=ok)
+            self.router.finish(route, ok=ok)
             self.record(route, 200 if ok else 499, path, started, prompt_tokens, sniffer)
 
         headers = reply.headers() | self.route_headers(route, request_id, prompt_tokens)

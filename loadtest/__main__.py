@@ -21,6 +21,100 @@ def _bench(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps({"overhead": overhead, "index": index}, indent=2))
 
 
+def _items(args: argparse.Namespace) -> list:
+    from loadtest.traces import read_trace
+    from loadtest.workloads import WORKLOADS
+
+    if args.trace:
+        return read_trace(args.trace, args.requests)
+    return WORKLOADS[args.workload](seed=args.seed, requests=args.requests or 2000)
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    from loadtest.report import simulation_table, write_json
+    from loadtest.simulate import FleetSimulation, FleetSpec, scale_to_load
+    from loadtest.traces import upper_bound_hit_rate
+
+    spec = FleetSpec(args.workers, args.kv_tokens, args.block_size, args.profile)
+    items = _items(args)
+    if args.load:
+        items = scale_to_load(items, spec, args.load)
+    source = args.trace or args.workload
+    print(f"{source}: {len(items)} requests over {items[-1].at - items[0].at:.0f} s, "
+          f"{spec.workers} workers x {spec.kv_tokens:,} KV tokens, profile {spec.profile}"
+          + (f", load {args.load}" if args.load else ""), file=sys.stderr)
+    bound = upper_bound_hit_rate(items, spec.block_size)
+    summaries = {}
+    for name in args.policy:
+        result = FleetSimulation(spec, name, args.seed).run(items)
+        summaries[name] = result.summary()
+        print(f"  {name}: hit {summaries[name]['token_hit_rate']:.3f}, TTFT mean "
+              f"{summaries[name]['ttft_mean_s']:.3f} s ({result.cpu_s:.1f} s CPU)",
+              file=sys.stderr)
+    baseline = "round_robin" if "round_robin" in summaries else None
+    print(f"upper bound (one infinite cache): token hit rate {bound:.3f}")
+    print(simulation_table(summaries, baseline))
+    if args.json:
+        write_json(args.json, {"trace": {"requests": len(items),
+                                         "upper_bound_token_hit_rate": bound},
+                               "policies": summaries})
+
+
+def _shape(items: list, args: argparse.Namespace) -> list:
+    """Arrival times for a live run: a target rate, or a load on a described fleet."""
+    from loadtest.simulate import FleetSpec, scale_to_load
+
+    start = items[0].at
+    if args.rate:
+        span = max(items[-1].at - start, 1e-9)
+        factor = (len(items) / args.rate) / span
+        items = [it.with_time((it.at - start) * factor) for it in items]
+    elif args.load:
+        spec = FleetSpec(workers=args.fleet_workers, profile=args.profile)
+        items = scale_to_load(items, spec, args.load)
+        items = [it.with_time((it.at - items[0].at) / args.speed) for it in items]
+    else:
+        items = [it.with_time(it.at - start) for it in items]
+    if args.duration:
+        items = [it for it in items if it.at < args.duration]
+    return items
+
+
+def _discover_model(target: str) -> str:
+    import httpx
+
+    response = httpx.get(target.rstrip("/").removesuffix("/v1") + "/v1/models", timeout=10)
+    return response.json()["data"][0]["id"]
+
+
+def _run(args: argparse.Namespace) -> None:
+    import asyncio
+    import time
+
+    from loadtest.report import plot_runs, write_csv, write_json
+    from loadtest.runner import WordText, rows, run_live, summarize
+
+    items = _shape(_items(args), args)
+    model = args.model or _discover_model(args.target)
+    words = WordText(args.tokenizer)
+    print(f"{len(items)} requests over {items[-1].at:.0f} s against {args.target} "
+          f"(model {model})", file=sys.stderr)
+    started = time.perf_counter()
+    records = asyncio.run(run_live(args.target, items, words, model, args.api))
+    summary = summarize(records, time.perf_counter() - started)
+    out = Path(args.out)
+    write_json(out / "results.json", {"label": args.label, "target": args.target,
+                                      "summary": summary, "requests": rows(records)})
+    write_csv(out / "results.csv", rows(records))
+    plots = plot_runs({args.label: rows(records)}, out)
+    report = [f"# {args.label}: {args.workload or args.trace}", "",
+              *(f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}"
+                for k, v in summary.items()), "",
+              *(f"![{p.stem}]({p.name})" for p in plots)]
+    (out / "report.md").write_text("\n".join(report) + "\n")
+    print("\n".join(report[2:2 + len(summary)]))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -28,6 +122,48 @@ def main(argv: list[str] | None = None) -> None:
     bench.add_argument("--requests", type=int, default=300)
     bench.add_argument("--json", default="results/bench.json")
     bench.set_defaults(func=_bench)
+
+    from loadtest.simulate import POLICY_NAMES
+    from loadtest.workloads import WORKLOADS
+
+    sim = sub.add_parser("simulate", help="virtual-time fleet simulation of routing policies")
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", help="mooncake:FILE or azure:FILE")
+    source.add_argument("--workload", choices=sorted(WORKLOADS))
+    sim.add_argument("--requests", type=int, default=None, help="use only the first N")
+    sim.add_argument("--workers", type=int, default=8)
+    sim.add_argument("--kv-tokens", type=int, default=1_000_000, help="KV cache per worker")
+    sim.add_argument("--block-size", type=int, default=16)
+    sim.add_argument("--profile", default="dynamo-mocker")
+    sim.add_argument("--load", type=float, default=None,
+                     help="rescale arrivals to this offered prefill load (no cache hits)")
+    sim.add_argument("--policy", action="append", choices=POLICY_NAMES, required=True)
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--json", default=None, help="write the results here")
+    sim.set_defaults(func=_simulate)
+
+    from gateway.config import default_tokenizer
+
+    run = sub.add_parser("run", help="live open-loop load against an OpenAI endpoint")
+    run.add_argument("--target", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", help="mooncake:FILE or azure:FILE")
+    source.add_argument("--workload", choices=sorted(WORKLOADS))
+    pace = run.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=float, help="mean requests per second")
+    pace.add_argument("--load", type=float, help="offered prefill load on the fleet below")
+    run.add_argument("--fleet-workers", type=int, default=4, help="(--load) workers behind it")
+    run.add_argument("--profile", default="dynamo-mocker", help="(--load) their profile")
+    run.add_argument("--speed", type=float, default=1.0, help="(--load) their --speed")
+    run.add_argument("--duration", type=float, default=None, help="seconds of arrivals")
+    run.add_argument("--requests", type=int, default=None)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--model", default=None, help="default: the target's first model")
+    run.add_argument("--api", choices=["chat", "completions"], default="chat")
+    run.add_argument("--tokenizer", default=default_tokenizer())
+    run.add_argument("--label", default="run")
+    run.add_argument("--out", required=True)
+    run.set_defaults(func=_run)
     args = parser.parse_args(argv)
     args.func(args)
 

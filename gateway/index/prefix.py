@@ -13,6 +13,11 @@ Invariants
     as an engine's LRU of free blocks drops them. Stamps never decrease down a path
     (a use stamps the whole path), so the oldest leaf is the right victim.
   * A global cap bounds all block-worker entries; past it the fullest worker gives way.
+  * Pins: a pinned path (a request still running on the worker, or a prefix a client asked
+    to keep) is never evicted, like blocks an engine still references. A pin sits on the
+    path's last node; its ancestors are protected because eviction only takes leaves.
+    When pinned blocks alone exceed a worker's capacity, the worker may briefly hold more
+    than its capacity (the engine would preempt a request then).
 
 Costs: ``match`` and ``insert`` walk one path: O(nodes on the path) dict lookups and run
 compares, independent of how much is indexed. Eviction uses one lazy min-heap per worker
@@ -34,7 +39,7 @@ from gateway.index.keys import KEY_BYTES, key_at
 
 
 class _Node:
-    __slots__ = ("children", "holders", "keys", "parent", "stamps")
+    __slots__ = ("children", "holders", "keys", "parent", "pins", "stamps")
 
     def __init__(self, keys: bytes, parent: _Node | None) -> None:
         self.keys = keys
@@ -42,10 +47,24 @@ class _Node:
         self.children: dict[int, _Node] = {}
         self.holders = 0
         self.stamps: dict[int, int] = {}
+        self.pins: list[Pin] | None = None
 
     @property
     def length(self) -> int:
         return len(self.keys) // KEY_BYTES
+
+    def pinned_by(self, slot: int) -> bool:
+        return bool(self.pins) and any(p.slot == slot for p in self.pins)
+
+
+class Pin:
+    """A hold on one worker's copy of a path; release it with :meth:`PrefixIndex.unpin`."""
+
+    __slots__ = ("node", "slot")
+
+    def __init__(self, node: _Node | None, slot: int) -> None:
+        self.node = node
+        self.slot = slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +187,10 @@ class PrefixIndex:
         return matched
 
     # -- mutations ---------------------------------------------------------------------
-    def insert(self, slot: int, keys: bytes) -> None:
-        """Record that ``slot`` now holds the prefix ``keys`` (and used all of it now)."""
+    def insert(self, slot: int, keys: bytes, *, pin: bool = False) -> Pin | None:
+        """Record that ``slot`` now holds the prefix ``keys`` (and used all of it now).
+
+        With ``pin``, the path stays until :meth:`unpin` (returns the pin)."""
         if slot not in self._capacity:
             raise KeyError(f"unknown worker slot {slot}")
         self._tick += 1
@@ -190,8 +211,26 @@ class PrefixIndex:
             self._hold(child, slot)
             off += run
             node = child
+        handle = None
+        if pin:
+            handle = Pin(node if node is not self._root else None, slot)
+            if handle.node is not None:
+                handle.node.pins = [*(handle.node.pins or ()), handle]
         self._evict(slot, self._capacity[slot])
         self._enforce_global_cap()
+        return handle
+
+    def unpin(self, pin: Pin) -> None:
+        """Release a pin; the path becomes evictable again (its last use: now)."""
+        node = pin.node
+        pin.node = None
+        if node is None or not node.pins:
+            return
+        node.pins = [p for p in node.pins if p is not pin] or None
+        if node.holders & (1 << pin.slot) and not node.pinned_by(pin.slot):
+            self._tick += 1
+            node.stamps[pin.slot] = self._tick
+            heapq.heappush(self._heaps[pin.slot], (self._tick, next(self._seq), node))
 
     def _hold(self, node: _Node, slot: int) -> None:
         bit = 1 << slot
@@ -212,6 +251,9 @@ class PrefixIndex:
             child.parent = tail
         tail.holders = node.holders
         tail.stamps = dict(node.stamps)
+        tail.pins, node.pins = node.pins, None  # a pin holds the end of its path
+        for pin in tail.pins or ():
+            pin.node = tail
         node.keys = node.keys[:cut]
         node.children = {key_at(tail.keys, 0): tail}
         self._nodes += 1
@@ -228,6 +270,8 @@ class PrefixIndex:
                 continue  # stale entry: re-stamped or already dropped
             if any(child.holders & bit for child in node.children.values()):
                 continue  # not a leaf for slot; re-pushed once its last child goes
+            if node.pinned_by(slot):
+                continue  # in use; re-pushed when unpinned
             excess = self._blocks[slot] - target_blocks
             if node.length > excess:
                 node = self._split(node, node.length - excess)
@@ -240,6 +284,10 @@ class PrefixIndex:
         self._blocks[slot] -= node.length
         self._entries -= node.length
         parent = node.parent
+        if node.pins:  # dropped by force (worker cleared): its pins have nothing to hold
+            for pin in [p for p in node.pins if p.slot == slot]:
+                pin.node = None
+            node.pins = [p for p in node.pins if p.slot != slot] or None
         if not node.holders:
             # Prefix closure: nobody holds a child of a node nobody holds.
             del parent.children[key_at(node.keys, 0)]

@@ -6,13 +6,14 @@ from collections.abc import Callable
 
 from gateway.policy.base import Decision, FleetView, Policy, RequestView, WorkerView
 from gateway.policy.cost import CacheAwarePolicy
-from gateway.policy.simple import LeastLoadPolicy, RoundRobinPolicy
+from gateway.policy.simple import ConsistentHashPolicy, LeastLoadPolicy, RoundRobinPolicy
 from gateway.policy.timing import EngineTiming
 
 POLICIES: dict[str, Callable[[EngineTiming], Policy]] = {
     "cache_aware": lambda timing: CacheAwarePolicy(timing=timing),
     "round_robin": lambda timing: RoundRobinPolicy(),
     "least_load": lambda timing: LeastLoadPolicy(),
+    "consistent_hash": lambda timing: ConsistentHashPolicy(),
 }
 
 

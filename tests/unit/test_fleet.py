@@ -78,13 +78,18 @@ def test_unsignalled_requests_stop_prefilling_when_predicted() -> None:
     assert fleet.view().workers[0].in_flight == 1
 
 
-def test_utilization_is_prefill_seconds_per_worker_second() -> None:
+def test_utilization_is_the_busy_fraction_of_prefill() -> None:
     fleet, clock = make()
     a = fleet.get("a")
-    for _ in range(200):  # 0.5 s of prefill every 0.5 s on a 2-worker fleet → ρ ≈ 0.5
-        fleet.release(fleet.admit(a, 500, 0, 1))
-        clock.t += 0.5
-    assert fleet.utilization() == pytest.approx(0.5, rel=0.05)
+    for _ in range(200):  # a waits for a first token 3/4 of the time, b never → ρ ≈ 3/8
+        ticket = fleet.admit(a, 500, 0, 1)
+        clock.t += 0.75
+        fleet.first_token(ticket)
+        clock.t += 0.25
+        fleet.release(ticket)
+    assert fleet.utilization() == pytest.approx(0.375, abs=0.03)
+    clock.t += 100.0  # idle for ten windows
+    assert fleet.utilization() < 0.01
 
 
 def test_unhealthy_workers_leave_the_view() -> None:

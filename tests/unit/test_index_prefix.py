@@ -144,3 +144,51 @@ def test_salted_namespaces_never_share_keys() -> None:
     salted = block_keys(tokens_to_bytes(tokens), BS, root_seed("tenant-a"))
     assert num_keys(plain) == num_keys(salted) == 2
     assert plain[:8] != salted[:8] and plain[8:] != salted[8:]
+
+
+def test_pinned_path_is_never_evicted_until_unpinned() -> None:
+    index = PrefixIndex()
+    index.add_worker(0, capacity_blocks=4)
+    a, b, c = keys_of([1] * 8), keys_of([2] * 8), keys_of([3] * 8)
+    pin = index.insert(0, a, pin=True)
+    index.insert(0, b)
+    index.insert(0, c)  # a is the oldest but pinned: b goes
+    assert index.match(a) == {0: 2} and index.match(b) == {}
+    index.unpin(pin)  # a becomes the most recently used
+    index.insert(0, b)  # c is now the oldest
+    assert index.match(a) == {0: 2} and index.match(c) == {}
+
+
+def test_pin_follows_the_end_of_its_path_through_splits() -> None:
+    index = PrefixIndex()
+    index.add_worker(0, capacity_blocks=5)
+    long = keys_of(list(range(16)))  # 4 blocks
+    pin = index.insert(0, long, pin=True)
+    index.insert(0, keys_of(list(range(8)) + [99] * 4))  # splits long's run after 2 blocks
+    index.insert(0, keys_of([7] * 8))  # over capacity: only unpinned blocks may go
+    assert index.match(long) == {0: 4}
+    index.unpin(pin)
+    index.unpin(pin)  # twice is harmless
+    index.insert(0, keys_of([8] * 12))
+    assert index.blocks_held(0) <= 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, st.integers(1, 12), st.lists(st.booleans(), min_size=40, max_size=40))
+def test_pinned_prefixes_always_match_in_full(ops, capacity, pin_flags) -> None:
+    index = PrefixIndex()
+    for slot in range(3):
+        index.add_worker(slot, capacity_blocks=capacity)
+    pinned = []
+    for (slot, tokens), pin in zip(ops, pin_flags, strict=False):
+        handle = index.insert(slot, keys_of(tokens), pin=pin)
+        if handle is not None:
+            pinned.append((slot, tokens, handle))
+    for slot, tokens, _ in pinned:
+        assert index.match(keys_of(tokens)).get(slot, 0) == len(tokens) // BS
+    for _, _, handle in pinned:
+        index.unpin(handle)
+    index.insert(0, keys_of([]))
+    for slot in range(3):
+        index.insert(slot, keys_of([5] * BS))
+        assert index.blocks_held(slot) <= capacity
