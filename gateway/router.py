@@ -22,13 +22,13 @@ from gateway.index.prefix import Pin, PrefixIndex
 from gateway.policy.base import Decision, FleetView, Policy, RequestView, WorkerId
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Route:
     worker: Worker
     decision: Decision
     ticket: Ticket
     keys: bytes
-    pin: Pin | None
+    pin: Pin | None = None
 
 
 class Router:
@@ -97,9 +97,16 @@ class Router:
         assert worker is not None
         ticket = self.fleet.admit(worker, prompt_tokens, decision.cached_tokens, max_tokens,
                                   first_token_signal=first_token_signal)
-        # Pinned while it runs: the engine cannot evict blocks a running request uses.
+        # Pinned until it finishes: the engine cannot evict what a running request uses,
+        # and a queued one is about to use it. (Pinning only from the first token was
+        # measured worse: under overload the mirror then drops prefixes queued requests
+        # are about to compute and reuse.)
         pin = self.index.insert(worker.slot, keys, pin=True)
         return Route(worker, decision, ticket, keys, pin)
+
+    def first_token(self, route: Route) -> None:
+        """The request produced its first token: correct the worker's queue prediction."""
+        self.fleet.first_token(route.ticket)
 
     def finish(self, route: Route, ok: bool = True) -> None:
         """The request is over: free its claim and unpin its prefix, which becomes the most

@@ -130,7 +130,7 @@ class Gateway:
                                          {"content-type": "application/json",
                                           "x-request-id": request_id})
                 if parsed.stream and reply.status == 200:
-                    self.router.fleet.first_token(route.ticket)
+                    self.router.first_token(route)
                     self.metrics.ttft.labels(path).observe(time.perf_counter() - started)
                     return self.relay(reply, route, path, request_id, started, prompt_tokens)
                 body = await reply.read_all()

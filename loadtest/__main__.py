@@ -115,6 +115,19 @@ def _run(args: argparse.Namespace) -> None:
     print("\n".join(report[2:2 + len(summary)]))
 
 
+def _peers(args: argparse.Namespace) -> None:
+    from loadtest.peers import compare, table
+
+    args.fleet_workers = args.workers
+    args.rate = args.duration = None
+    items = _shape(_items(args), args)
+    with tempfile.TemporaryDirectory() as tmp:
+        summaries = compare(items, args, Path(tmp))
+    print(f"{args.workload}: {len(items)} requests over {items[-1].at:.0f} s, "
+          f"{args.workers} simulated workers at {args.speed}x, load {args.load}")
+    print(table(summaries))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +177,22 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--label", default="run")
     run.add_argument("--out", required=True)
     run.set_defaults(func=_run)
+
+    peers = sub.add_parser("peers", help="radixgate vs the SGLang and vLLM routers")
+    peers.add_argument("--workload", choices=sorted(WORKLOADS), default="multiturn")
+    peers.add_argument("--trace", default=None)
+    peers.add_argument("--requests", type=int, default=300)
+    peers.add_argument("--seed", type=int, default=0)
+    peers.add_argument("--workers", type=int, default=2)
+    peers.add_argument("--speed", type=float, default=1.0)
+    peers.add_argument("--num-blocks", type=int, default=16384)
+    peers.add_argument("--load", type=float, default=0.6)
+    peers.add_argument("--profile", default="dynamo-mocker")
+    peers.add_argument("--api", choices=["chat", "completions"], default="chat")
+    peers.add_argument("--tokenizer", default=default_tokenizer())
+    peers.add_argument("--peers-venv", default=".venv-peers")
+    peers.add_argument("--out", default="results/peers")
+    peers.set_defaults(func=_peers)
     args = parser.parse_args(argv)
     args.func(args)
 

@@ -205,7 +205,7 @@ class FleetSimulation:
             route = self.routes[id(out.request)]
             request = out.request
             if out.index == 0:
-                router.fleet.first_token(route.ticket)
+                router.first_token(route)
                 result.ttft.append(self.clock.now - request.arrival)
                 cached = request.cached_tokens or 0
                 result.prompt_tokens += request.prompt_tokens

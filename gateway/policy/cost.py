@@ -15,8 +15,9 @@ it, and in a queue at utilisation ρ each second of added work costs the others 
 ρ/(1−ρ) seconds of waiting. An idle fleet (ρ≈0) therefore spreads freely on load, while
 a busy one keeps cache affinity, the regime where greedy own-TTFT routing gives it up.
 Affinity is never absolute: a hot prefix's holder accumulates ``wait`` until prefilling the
-prefix elsewhere is cheaper, and the prefix is replicated. ρ is capped (ρ_max = 0.9, so
-λ ≤ 9) so that an overloaded fleet still spills from a hot worker.
+prefix elsewhere is cheaper, and the prefix is replicated. ρ is capped (ρ_max = 0.98, so
+λ ≤ 49) so that even a saturated fleet still spills from a hot worker; below saturation
+the cap does not bind. ρ is measured by the fleet (the busy fraction of prefill).
 
 Ties (equal cost to 1e-9 relative) are broken at random.
 """
@@ -46,7 +47,7 @@ class CostBreakdown:
 @dataclass
 class CacheAwarePolicy:
     timing: EngineTiming = field(default_factory=EngineTiming)
-    max_utilization: float = 0.9
+    max_utilization: float = 0.98
     name: str = "cache_aware"
 
     def externality(self, utilization: float) -> float:

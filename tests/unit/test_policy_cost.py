@@ -32,7 +32,7 @@ def choose(cached: dict[int, int], workers: list[WorkerView], utilization: float
 
 @pytest.mark.parametrize(
     ("utilization", "expected_lambda"),
-    [(0.0, 0.0), (0.5, 1.0), (0.8, 4.0), (0.9, 9.0), (3.0, 9.0)],  # ρ/(1−ρ), ρ ≤ 0.9
+    [(0.0, 0.0), (0.5, 1.0), (0.8, 4.0), (0.9, 9.0), (1.0, 49.0)],  # ρ/(1−ρ), ρ ≤ 0.98
 )
 def test_externality_price(utilization: float, expected_lambda: float) -> None:
     assert CacheAwarePolicy().externality(utilization) == pytest.approx(expected_lambda)
