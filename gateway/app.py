@@ -18,11 +18,13 @@ from starlette.routing import Route
 
 from gateway import handlers
 from gateway.api.errors import ApiError, error_response, internal_error
+from gateway.auth import KeyRing
 from gateway.config import GatewayConfig
 from gateway.fleet import Fleet
 from gateway.health import HealthMonitor
 from gateway.index.prefix import PrefixIndex
 from gateway.metrics import GatewayMetrics
+from gateway.middleware.auth import AuthMiddleware
 from gateway.middleware.body_limit import BodyLimitMiddleware
 from gateway.middleware.request_id import RequestIdMiddleware
 from gateway.policy import make_policy
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 ROUTES = [
     Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
     Route("/v1/completions", handlers.completions, methods=["POST"]),
+    Route("/v1/messages", handlers.messages, methods=["POST"]),
     Route("/v1/models", handlers.models, methods=["GET"]),
     Route("/health", handlers.health, methods=["GET"]),
     Route("/ready", handlers.ready, methods=["GET"]),
@@ -92,7 +95,9 @@ def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
     app = Starlette(
         routes=ROUTES,
         middleware=[Middleware(RequestIdMiddleware),
-                    Middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)],
+                    Middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes),
+                    Middleware(AuthMiddleware,
+                               keys=KeyRing.load(config.api_keys_file, config.admin_key))],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                             Exception: _unexpected_error},
         lifespan=lifespan,

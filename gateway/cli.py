@@ -62,6 +62,11 @@ def _gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for tie-breaking")
     p.add_argument("--upstream-timeout", type=float, default=600.0,
                    help="seconds to wait for a worker's next byte")
+    p.add_argument("--cache-isolation", choices=["shared", "tenant"], default="shared",
+                   help="tenant: each tenant's prompts get their own cache salt")
+    p.add_argument("--api-keys", default=None, metavar="FILE",
+                   help="'tenant:key' lines (also RADIXGATE_API_KEYS); none: open access")
+    p.add_argument("--admin-key", default=None, help="key for /admin/* endpoints")
 
 
 def _sim_flags(p: argparse.ArgumentParser) -> None:
@@ -114,7 +119,8 @@ def gateway_config(args: argparse.Namespace, workers: list[str]) -> GatewayConfi
         max_model_len=getattr(args, "max_model_len", None), block_size=args.block_size,
         capacity_blocks=args.capacity_blocks, max_body_bytes=args.max_body_bytes,
         health_interval_s=args.health_interval, seed=args.seed,
-        upstream_timeout_s=args.upstream_timeout,
+        upstream_timeout_s=args.upstream_timeout, cache_isolation=args.cache_isolation,
+        api_keys_file=args.api_keys, admin_key=args.admin_key,
     )
 
 

@@ -47,5 +47,9 @@ class GatewayConfig:
     connect_timeout_s: float = 5.0
     upstream_timeout_s: float = 600.0
     max_attempts: int = 3
+    cache_isolation: str = "shared"
+    """``shared``, or ``tenant``: each tenant's prompts carry its own cache salt."""
+    api_keys_file: str | None = None
+    admin_key: str | None = None
     timing: EngineTiming = field(default_factory=EngineTiming)
     seed: int | None = None

@@ -1,14 +1,22 @@
-"""HTTP endpoints: thin wrappers that parse, then hand the request to the Gateway."""
+"""HTTP endpoints: parse, build a Call, hand it to the Gateway; admin and service routes."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api import anthropic
 from gateway.api.errors import ApiError, bad_request
-from gateway.api.openai import decode_json, parse_chat, parse_completion
-from gateway.service import Gateway, models_payload
+from gateway.api.openai import ParsedRequest, decode_json, parse_chat, parse_completion
+from gateway.api.shapes import AnthropicShape, OpenAIShape
+from gateway.auth import DEFAULT_TENANT
+from gateway.hints import Hints, engine_body, needs_rewrite, request_hints
+from gateway.service import Call, Gateway, models_payload
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 
 
 def _gateway(request: Request) -> Gateway:
@@ -19,18 +27,47 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
+def _hints(request: Request, body: dict[str, Any], user: Any = None) -> Hints:
+    tenant = getattr(request.state, "tenant", DEFAULT_TENANT)
+    return request_hints(body, request.headers.get("x-session-id"), tenant,
+                         _gateway(request).config.cache_isolation, user)
+
+
+def _openai_call(request: Request, raw: bytes, parsed: ParsedRequest, path: str) -> Call:
+    hints = _hints(request, parsed.body)
+    body = orjson.dumps(engine_body(parsed.body, hints)) if needs_rewrite(
+        parsed.body, hints) else raw
+    return Call(parsed, body, path, request.state.request_id, hints, OpenAIShape())
+
+
 async def chat_completions(request: Request) -> Response:
     raw = await request.body()
     parsed = parse_chat(decode_json(raw))
-    return await _gateway(request).serve(parsed, raw, "/v1/chat/completions",
-                                         request.state.request_id)
+    return await _gateway(request).serve(_openai_call(request, raw, parsed, CHAT))
 
 
 async def completions(request: Request) -> Response:
     raw = await request.body()
     parsed = parse_completion(decode_json(raw))
-    return await _gateway(request).serve(parsed, raw, "/v1/completions",
-                                         request.state.request_id)
+    return await _gateway(request).serve(_openai_call(request, raw, parsed, COMPLETIONS))
+
+
+async def messages(request: Request) -> Response:
+    """Anthropic Messages, served through the engine's chat API; errors in its shape."""
+    try:
+        body = decode_json(await request.body())
+        ask = anthropic.parse_messages_request(body)
+        chat_body = anthropic.to_openai_chat(ask)
+        parsed = parse_chat(chat_body)
+        hints = _hints(request, body, user=ask.user_id)
+        call = Call(parsed, orjson.dumps(engine_body(chat_body, hints)), CHAT,
+                    request.state.request_id, hints, AnthropicShape(ask.model),
+                    breakpoints=list(ask.breakpoints))
+        return await _gateway(request).serve(call)
+    except ApiError as exc:
+        return anthropic.error_response(anthropic.from_api_error(exc))
+    except anthropic.AnthropicError as exc:
+        return anthropic.error_response(exc)
 
 
 async def models(request: Request) -> Response:
@@ -67,7 +104,9 @@ async def list_workers(request: Request) -> Response:
             "requests_total": w.requests_total, "errors_total": w.errors_total,
         })
     return _json({"policy": gateway.router.policy.name, "block_size": fleet.block_size,
-                  "utilization": round(fleet.utilization(), 6), "workers": rows})
+                  "utilization": round(fleet.utilization(), 6),
+                  "sessions": len(gateway.router.sessions),
+                  "pinned_prefixes": len(gateway.router.pins), "workers": rows})
 
 
 async def add_worker(request: Request) -> Response:

@@ -43,6 +43,13 @@ class GatewayMetrics:
         self.reported_cached = Counter("radixgate_cached_tokens", "Prompt tokens the engines "
                                        "reported served from cache (usage.cached_tokens).",
                                        registry=r)
+        self.tenant_requests = Counter("radixgate_tenant_requests", "Requests by tenant.",
+                                       ["tenant"], registry=r)
+        self.tenant_prompt_tokens = Counter("radixgate_tenant_prompt_tokens", "Prompt tokens "
+                                            "by tenant.", ["tenant"], registry=r)
+        self.tenant_cached_tokens = Counter("radixgate_tenant_cached_tokens", "Cached prompt "
+                                            "tokens (engine-reported) by tenant.", ["tenant"],
+                                            registry=r)
         self.retries = Counter("radixgate_upstream_retries", "Requests re-routed before the "
                                "first byte, by worker.", ["worker"], registry=r)
         self.upstream_errors = Counter("radixgate_upstream_errors", "Upstream failures, by "

@@ -18,7 +18,8 @@ import httpx
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from gateway.api.errors import sse_error_event, upstream_failed
+from gateway.api.errors import upstream_failed
+from gateway.api.shapes import StreamTransform
 
 RETRY_STATUSES = {502, 503, 504}
 _DROP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "date",
@@ -106,16 +107,19 @@ async def open_reply(upstream: Upstream, url: str, body: bytes,
 class RelayResponse:
     """An ASGI response that relays a committed upstream stream to the client.
 
-    ``on_chunk`` sees every chunk (for usage accounting); ``on_close(ok)`` runs exactly once,
-    whether the stream completed, failed upstream, or the client went away.
+    ``on_chunk`` sees every upstream chunk (usage accounting); ``transform`` turns it into
+    what the client receives (identity for OpenAI clients); ``on_close(ok)`` runs exactly
+    once, whether the stream completed, failed upstream, or the client went away.
     """
 
     def __init__(self, reply: UpstreamReply, headers: dict[str, str],
-                 on_chunk: Callable[[bytes], None], on_close: Callable[[bool], None]) -> None:
+                 on_chunk: Callable[[bytes], None], on_close: Callable[[bool], None],
+                 transform: StreamTransform) -> None:
         self.reply = reply
         self.headers = headers
         self.on_chunk = on_chunk
         self.on_close = on_close
+        self.transform = transform
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ok = False
@@ -135,20 +139,25 @@ class RelayResponse:
 
     async def _pump(self, send: Send) -> bool:
         try:
-            chunk = self.reply.first_chunk
-            if chunk:
-                self.on_chunk(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await self._relay(self.reply.first_chunk, send)
             async for chunk in self.reply.rest:
-                self.on_chunk(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await self._relay(chunk, send)
         except httpx.HTTPError as exc:
             error = upstream_failed(f"connection lost mid-stream ({type(exc).__name__})")
-            await send({"type": "http.response.body", "body": sse_error_event(error),
+            await send({"type": "http.response.body", "body": self.transform.error(error),
                         "more_body": False})
             return False
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": self.transform.finish(),
+                    "more_body": False})
         return True
+
+    async def _relay(self, chunk: bytes, send: Send) -> None:
+        if not chunk:
+            return
+        self.on_chunk(chunk)
+        out = self.transform.feed(chunk)
+        if out:
+            await send({"type": "http.response.body", "body": out, "more_body": True})
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

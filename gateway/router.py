@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from gateway.fleet import Fleet, Ticket, Worker
 from gateway.index.keys import block_keys, root_seed
 from gateway.index.prefix import Pin, PrefixIndex
-from gateway.policy.base import Decision, FleetView, Policy, RequestView, WorkerId
+from gateway.policy.base import (
+    Decision,
+    FleetView,
+    Policy,
+    RequestView,
+    WorkerId,
+    WorkerView,
+)
+from gateway.sessions import SessionTable, TimedPins
 
 
 @dataclass(slots=True)
@@ -38,6 +46,8 @@ class Router:
         self.index = index
         self.policy = policy
         self.rng = rng or random.Random()
+        self.sessions = SessionTable()
+        self.pins = TimedPins(index)
         self._seeds: dict[str, int] = {}
         self._seq = 0
 
@@ -84,17 +94,21 @@ class Router:
               ) -> Route | None:
         """Choose a worker, claim it, and record the prefix there. ``None``: no worker."""
         view = self.fleet.view()
+        self.pins.expire(self.fleet.clock())
         workers = tuple(w for w in view.workers if w.worker_id not in exclude
                         and (eligible is None or w.worker_id in eligible))
         if not workers:
             return None
         self._seq += 1
-        request = RequestView(prompt_tokens, max_tokens, self._seq, affinity_key)
+        session = self._session_slot(affinity_key, workers)
+        request = RequestView(prompt_tokens, max_tokens, self._seq, affinity_key, session)
         cached = self.cached_tokens(keys, prompt_tokens)
         decision = self.policy.choose(request, cached, FleetView(workers, view.utilization),
                                       self.rng)
         worker = self.fleet.get(decision.worker.worker_id)
         assert worker is not None
+        if affinity_key is not None:
+            self.sessions.set(affinity_key, worker.id)
         ticket = self.fleet.admit(worker, prompt_tokens, decision.cached_tokens, max_tokens,
                                   first_token_signal=first_token_signal)
         # Pinned until it finishes: the engine cannot evict what a running request uses,
@@ -103,6 +117,16 @@ class Router:
         # are about to compute and reuse.)
         pin = self.index.insert(worker.slot, keys, pin=True)
         return Route(worker, decision, ticket, keys, pin)
+
+    def _session_slot(self, key: str | None, workers: tuple[WorkerView, ...]) -> int | None:
+        worker_id = self.sessions.get(key) if key is not None else None
+        return next((w.slot for w in workers if w.worker_id == worker_id), None)
+
+    def keep(self, route: Route, blocks: int, ttl_s: float) -> None:
+        """Hold the first ``blocks`` of the request's prefix on its worker for ``ttl_s``."""
+        if blocks > 0 and self.fleet.get(route.worker.id) is route.worker:
+            self.pins.hold(route.worker.slot, route.keys[:blocks * 8],
+                           self.fleet.clock() + ttl_s)
 
     def first_token(self, route: Route) -> None:
         """The request produced its first token: correct the worker's queue prediction."""

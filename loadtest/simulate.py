@@ -27,6 +27,7 @@ from gateway.fleet import Fleet
 from gateway.index.prefix import PrefixIndex
 from gateway.policy import POLICIES, make_policy
 from gateway.policy.base import Policy
+from gateway.policy.cost import CacheAwarePolicy
 from gateway.policy.timing import EngineTiming
 from gateway.router import Route, Router
 from loadtest.peer_policies import SGLANG_TREE_TOKENS, SGLangCacheAwarePolicy
@@ -34,7 +35,9 @@ from loadtest.workloads import WorkItem
 from workers.sim.model import EngineConfig, EngineModel, SimRequest, TokenOut
 from workers.sim.profiles import get_profile
 
-POLICY_NAMES = [*POLICIES, "sglang_cache_aware"]
+POLICY_NAMES = [*POLICIES, "cache_aware+hints", "sglang_cache_aware"]
+HINTED = {"consistent_hash", "cache_aware+hints"}
+"""Policies that see each request's session key (as a client's ``prompt_cache_key``)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class VirtualClock:
 def build_policy(name: str, timing: EngineTiming) -> Policy:
     if name == "sglang_cache_aware":
         return SGLangCacheAwarePolicy()
+    if name == "cache_aware+hints":
+        return CacheAwarePolicy(timing=timing, name=name)
     return make_policy(name, timing)
 
 
@@ -128,6 +133,7 @@ class FleetSimulation:
     def __init__(self, spec: FleetSpec, policy: str, seed: int = 0,
                  timing: EngineTiming | None = None) -> None:
         self.spec = spec
+        self.hints = policy in HINTED
         self.clock = VirtualClock()
         timing = timing or EngineTiming(chunk_tokens=spec.max_batched_tokens)
         fleet = Fleet(spec.block_size, timing, self.clock)
@@ -180,7 +186,8 @@ class FleetSimulation:
             return
         data = ids.astype("<u4").tobytes()
         keys = self.router.keys(data)
-        route = self.router.route(keys, n, item.output_tokens, affinity_key=item.session)
+        route = self.router.route(keys, n, item.output_tokens,
+                                  affinity_key=item.session if self.hints else None)
         assert route is not None
         slot = route.worker.slot
         result.predicted_cached_tokens += route.decision.cached_tokens

@@ -27,6 +27,8 @@ class RequestView:
     """Arrival number at this gateway: lets stateless rules such as round-robin stay pure."""
     affinity_key: str | None = None
     """Session / cache key hint, when the client sent one."""
+    session_slot: int | None = None
+    """The worker this request's session (``affinity_key``) last went to, if healthy."""
 
 
 @dataclass(frozen=True, slots=True)

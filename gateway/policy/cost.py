@@ -19,6 +19,14 @@ prefix elsewhere is cheaper, and the prefix is replicated. ρ is capped (ρ_max 
 λ ≤ 49) so that even a saturated fleet still spills from a hot worker; below saturation
 the cap does not bind. ρ is measured by the fleet (the busy fraction of prefill).
 
+A session hint (``prompt_cache_key``, ``user``, ``x-session-id``) names the worker s the
+session last used; the client says more turns will follow, so leaving s costs the prefill
+s would have saved twice, now and on the next turn:
+
+    cost_w += max(0, own_w − own_s)        for every w ≠ s
+
+Sticky while s is not much busier than the rest; a saturated s is still left.
+
 Ties (equal cost to 1e-9 relative) are broken at random.
 """
 
@@ -72,15 +80,28 @@ class CacheAwarePolicy:
                rng: random.Random) -> Decision:
         lam = self.externality(fleet.utilization)
         costs = [(w, self.cost(request, w, cached.get(w.slot, 0), lam)) for w in fleet.workers]
+        costs = self._session_affinity(request, costs)
         best = min(c.cost for _, c in costs)
         tied = [w for w, c in costs if c.cost <= best * (1 + 1e-9) + 1e-12]
         chosen = pick_fairly(tied, rng)
         breakdown = next(c for w, c in costs if w is chosen)
         top_hit = max(c.hit for _, c in costs)
-        if top_hit == 0:
+        if chosen.slot == request.session_slot:
+            reason = "session"
+        elif top_hit == 0:
             reason = "load"
         elif breakdown.hit == top_hit:
             reason = "cache"
         else:
             reason = "spill"  # a better-cached worker was too busy: the prefix replicates
         return Decision(chosen, breakdown.hit, breakdown.ttft_s, reason)
+
+    @staticmethod
+    def _session_affinity(request: RequestView, costs: list[tuple[WorkerView, CostBreakdown]]
+                          ) -> list[tuple[WorkerView, CostBreakdown]]:
+        home = next((c for w, c in costs if w.slot == request.session_slot), None)
+        if home is None:
+            return costs
+        return [(w, c if w.slot == request.session_slot else CostBreakdown(
+            c.hit, c.own_s, c.wait_s, c.cost + max(0.0, c.own_s - home.own_s)))
+            for w, c in costs]

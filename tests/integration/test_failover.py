@@ -49,7 +49,11 @@ def test_killed_worker_under_traffic(fresh_stack: Stack) -> None:
         victim_proc.kill()
         results = [f.result(timeout=60) for f in futures]
     assert time.monotonic() - started < 60
-    assert results.count("ok") >= 50, results
+    # Non-streamed requests never see the failure: retried on the survivor. Streams that
+    # were mid-flight on the dead worker end with an error event, nothing else fails.
+    assert all(r == "ok" for r in results[0::2]), results
+    assert all(r == "ok" or "mid-stream" in r for r in results[1::2]), results
+    assert results.count("ok") >= 40, results
     # The dead worker is out of rotation; everything new lands on the survivor.
     for i in range(5):
         raw = client.chat.completions.with_raw_response.create(

@@ -39,7 +39,7 @@ def test_up_restarts_a_crashed_worker_and_stops_everything(tmp_path: Path) -> No
     try:
         up.wait_ready(url + "/ready", timeout=60)
         assert wait_until(lambda: len(children(up.pid)) == 2, 10)
-        assert "radixgate is up" in up.log.read_text()
+        assert wait_until(lambda: "radixgate is up" in up.log.read_text(), 5)
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
         reply = client.chat.completions.create(
             model="qwen3", messages=[{"role": "user", "content": "hello"}], max_tokens=3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ def test_same_seed_same_workload_other_seed_other_workload(name: str) -> None:
     assert fingerprint(a) == fingerprint(b)
     assert fingerprint(a) != fingerprint(c)
     assert len(a) == 200
-    assert all(x.at <= y.at for x, y in zip(a, a[1:], strict=False))
+    assert all(x.at <= y.at for x, y in itertools.pairwise(a))
     assert all(it.prompt_tokens == len(it.token_ids()) > 0 for it in a)
 
 
@@ -31,7 +33,7 @@ def test_multiturn_turns_resend_the_whole_history() -> None:
         by_session.setdefault(it.session, []).append(it)
     checked = 0
     for turns in by_session.values():
-        for prev, nxt in zip(turns, turns[1:], strict=False):
+        for prev, nxt in itertools.pairwise(turns):
             p, n = prev.token_ids(), nxt.token_ids()
             assert len(n) > len(p) and np.array_equal(n[: len(p)], p)
             checked += 1
