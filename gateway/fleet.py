@@ -125,7 +125,8 @@ class Fleet:
         """Claim ``worker`` for a request. Without a ``first_token_signal`` (a non-streamed
         response), the request counts as prefilling until its predicted first token."""
         now = self.clock()
-        prefill_s = self.timing.prefill_s(prompt_tokens - cached_tokens)
+        prefill_s = self.timing.queued_prefill_s(prompt_tokens - cached_tokens,
+                                                 queue_empty=worker.busy_until <= now)
         worker.busy_until = max(worker.busy_until, now) + prefill_s
         ticket = Ticket(worker, prompt_tokens, cached_tokens, max_tokens, prefill_s,
                         worker.busy_until - worker.offset, now)

@@ -20,12 +20,13 @@ prefix elsewhere is cheaper, and the prefix is replicated. ρ is capped (ρ_max 
 the cap does not bind. ρ is measured by the fleet (the busy fraction of prefill).
 
 A session hint (``prompt_cache_key``, ``user``, ``x-session-id``) names the worker s the
-session last used; the client says more turns will follow, so leaving s costs the prefill
-s would have saved twice, now and on the next turn:
+session last used. The client promises more of the session, and what s holds for it is
+the session's working set; a request leaves s only when waiting there costs more than
+rebuilding that set elsewhere, priced like any prefill:
 
-    cost_w += max(0, own_w − own_s)        for every w ≠ s
+    cost_w += (1 + λ) · prefill(hit_s)      for every w ≠ s
 
-Sticky while s is not much busier than the rest; a saturated s is still left.
+so sessions stay put while s is not saturated, and overflow when it is.
 
 Ties (equal cost to 1e-9 relative) are broken at random.
 """
@@ -67,7 +68,7 @@ class CacheAwarePolicy:
         timing = self.timing
         new = max(request.prompt_tokens - hit, 0)
         kv = worker.active_tokens / worker.capacity_tokens if worker.capacity_tokens else 0.0
-        own = timing.prefill_s(new)
+        own = timing.queued_prefill_s(new, queue_empty=worker.backlog_s <= 0.0)
         if worker.in_flight > worker.prefilling:  # running decodes ride along every step
             own += timing.prefill_steps(new) * timing.decode_step_s(kv)
         wait = worker.backlog_s
@@ -80,7 +81,7 @@ class CacheAwarePolicy:
                rng: random.Random) -> Decision:
         lam = self.externality(fleet.utilization)
         costs = [(w, self.cost(request, w, cached.get(w.slot, 0), lam)) for w in fleet.workers]
-        costs = self._session_affinity(request, costs)
+        costs = self._session_affinity(request, costs, lam)
         best = min(c.cost for _, c in costs)
         tied = [w for w, c in costs if c.cost <= best * (1 + 1e-9) + 1e-12]
         chosen = pick_fairly(tied, rng)
@@ -96,12 +97,12 @@ class CacheAwarePolicy:
             reason = "spill"  # a better-cached worker was too busy: the prefix replicates
         return Decision(chosen, breakdown.hit, breakdown.ttft_s, reason)
 
-    @staticmethod
-    def _session_affinity(request: RequestView, costs: list[tuple[WorkerView, CostBreakdown]]
+    def _session_affinity(self, request: RequestView,
+                          costs: list[tuple[WorkerView, CostBreakdown]], lam: float,
                           ) -> list[tuple[WorkerView, CostBreakdown]]:
         home = next((c for w, c in costs if w.slot == request.session_slot), None)
-        if home is None:
+        if home is None or home.hit == 0:
             return costs
+        leave = (1.0 + lam) * self.timing.prefill_s(home.hit)
         return [(w, c if w.slot == request.session_slot else CostBreakdown(
-            c.hit, c.own_s, c.wait_s, c.cost + max(0.0, c.own_s - home.own_s)))
-            for w, c in costs]
+            c.hit, c.own_s, c.wait_s, c.cost + leave)) for w, c in costs]

@@ -5,7 +5,8 @@
 
 An engine with chunked prefill runs at most ``C`` (``max_num_batched_tokens``) prompt tokens
 a step, so the quadratic attention term grows per chunk, not with the whole prompt, and
-every step of a prefill also carries the running decodes.
+every step of a prefill also carries the running decodes. Prefills queued behind others
+share their steps, so they add no fixed overhead of their own (``queued_prefill_s``).
 
 Default constants are NVIDIA Dynamo's mocker fit (prefill_ms = 4.21e-7·T² + 1.518e-2·T +
 16.5; ITL_ms = −25.74·p² + 54.01·p + 5.74, at least 1 ms), the same default profile the
@@ -40,6 +41,14 @@ class EngineTiming:
             return 0.0
         full, rest = divmod(tokens, self.chunk_tokens)
         return full * self._chunk_s(self.chunk_tokens) + (self._chunk_s(rest) if rest else 0.0)
+
+    def queued_prefill_s(self, tokens: int, queue_empty: bool) -> float:
+        """Prefill time a request adds to a worker: behind other prefills it joins their
+        steps (continuous batching), so the fixed per-step overhead is already paid."""
+        if queue_empty:
+            return self.prefill_s(tokens)
+        return max(self.prefill_s(tokens) - self.prefill_steps(tokens) * self.prefill_fixed_s,
+                   0.0)
 
     def prefill_steps(self, tokens: int) -> int:
         return -(-tokens // self.chunk_tokens) if tokens > 0 else 0

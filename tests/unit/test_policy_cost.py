@@ -92,3 +92,21 @@ def test_hot_prefix_spreads_once_its_holder_saturates() -> None:
         holders.add(d.worker.slot)
     assert len(holders) == 4
     assert max(backlog) < 2 * min(backlog) + 1.0
+
+
+@pytest.mark.parametrize(
+    ("session_backlog", "expected", "reason"),
+    [
+        # Both hold 900 of 1000 tokens; s also holds the session's last turn (950).
+        # Leaving s costs (1+λ)·prefill(950) = 0.95 s at λ=0.
+        (0.5, 0, "session"),  # s: 0.5 + 0.05 = 0.55 < w: 0.1 + 0.95 = 1.05
+        (1.2, 1, "spill"),  # s: 1.2 + 0.05 = 1.25 > 1.05: a saturated s is left
+    ],
+)
+def test_session_hint_is_sticky_until_its_worker_saturates(session_backlog: float,
+                                                           expected: int, reason: str) -> None:
+    policy = CacheAwarePolicy(timing=LINEAR)
+    workers = (worker(0, backlog=session_backlog), worker(1))
+    request = RequestView(1000, 10, affinity_key="k", session_slot=0)
+    d = policy.choose(request, {0: 950, 1: 900}, FleetView(workers, 0.0), random.Random(0))
+    assert (d.worker.slot, d.reason) == (expected, reason)
