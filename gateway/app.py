@@ -20,6 +20,7 @@ from gateway import handlers
 from gateway.api.errors import ApiError, error_response, internal_error
 from gateway.auth import KeyRing
 from gateway.config import GatewayConfig
+from gateway.events_hub import EventHub
 from gateway.fleet import Fleet
 from gateway.health import HealthMonitor
 from gateway.index.prefix import PrefixIndex
@@ -59,8 +60,9 @@ def build_gateway(config: GatewayConfig, tokenizer: ChatTokenizer | None = None,
     """The gateway's parts, wired; no I/O until the app starts."""
     tokenizer = tokenizer or ChatTokenizer.from_dir(resolve_tokenizer(config.tokenizer))
     fleet = Fleet(config.block_size, config.timing)
-    router = Router(fleet, PrefixIndex(config.index_max_entries),
-                    make_policy(config.policy, config.timing), random.Random(config.seed))
+    index = PrefixIndex(config.index_max_entries, locate=config.index_mode != "approximate")
+    router = Router(fleet, index, make_policy(config.policy, config.timing),
+                    random.Random(config.seed), mode=config.index_mode)
     for spec in config.workers:
         worker = router.add_worker(spec.worker_id or worker_id_from_url(spec.url), spec.url,
                                    spec.capacity_blocks or config.capacity_blocks,
@@ -73,8 +75,10 @@ def build_gateway(config: GatewayConfig, tokenizer: ChatTokenizer | None = None,
         timeout=httpx.Timeout(config.upstream_timeout_s, connect=config.connect_timeout_s),
     )
     metrics = GatewayMetrics(router, tokenizer)
-    health = HealthMonitor(router, client, config.health_interval_s)
-    return Gateway(config, router, tokenizer, Upstream(client, transport), metrics, health)
+    events = EventHub(router, config.index_mode)
+    health = HealthMonitor(router, client, config.health_interval_s, events=events)
+    return Gateway(config, router, tokenizer, Upstream(client, transport), metrics, health,
+                   events)
 
 
 def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
@@ -89,6 +93,7 @@ def create_app(config: GatewayConfig, *, tokenizer: ChatTokenizer | None = None,
             yield
         finally:
             monitor.cancel()
+            await gateway.events.close()
             await gateway.upstream.client.aclose()
             gateway.tokenizer.close()
 

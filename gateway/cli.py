@@ -62,6 +62,8 @@ def _gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for tie-breaking")
     p.add_argument("--upstream-timeout", type=float, default=600.0,
                    help="seconds to wait for a worker's next byte")
+    p.add_argument("--index-mode", choices=["approximate", "precise", "hybrid"],
+                   default="hybrid", help="how the prefix index learns (KV events or not)")
     p.add_argument("--cache-isolation", choices=["shared", "tenant"], default="shared",
                    help="tenant: each tenant's prompts get their own cache salt")
     p.add_argument("--api-keys", default=None, metavar="FILE",
@@ -108,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--block-size", type=int, default=16)
     sim.add_argument("--output-min", type=int, default=16)
     sim.add_argument("--output-max", type=int, default=256)
+    sim.add_argument("--flavor", choices=["vllm", "sglang"], default="vllm",
+                     help="which engine's KV events and extra endpoints to imitate")
+    sim.add_argument("--no-kv-events", dest="kv_events", action="store_false",
+                     help="publish no KV-cache events")
+    sim.add_argument("--kv-events-port", type=int, default=0,
+                     help="PUB port (replay: the next one); 0: any free port")
     _apply_env(parser)
     return parser
 
@@ -120,6 +128,7 @@ def gateway_config(args: argparse.Namespace, workers: list[str]) -> GatewayConfi
         capacity_blocks=args.capacity_blocks, max_body_bytes=args.max_body_bytes,
         health_interval_s=args.health_interval, seed=args.seed,
         upstream_timeout_s=args.upstream_timeout, cache_isolation=args.cache_isolation,
+        index_mode=args.index_mode,
         api_keys_file=args.api_keys, admin_key=args.admin_key,
     )
 

@@ -47,6 +47,8 @@ class GatewayConfig:
     connect_timeout_s: float = 5.0
     upstream_timeout_s: float = 600.0
     max_attempts: int = 3
+    index_mode: str = "hybrid"
+    """``approximate``, ``precise`` or ``hybrid``: see gateway/events_hub.py."""
     cache_isolation: str = "shared"
     """``shared``, or ``tenant``: each tenant's prompts carry its own cache salt."""
     api_keys_file: str | None = None

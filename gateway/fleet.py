@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.policy.base import FleetView, WorkerId, WorkerView
 from gateway.policy.timing import EngineTiming
@@ -51,6 +52,8 @@ class Worker:
     errors_total: int = 0
     models: dict[str, int | None] = field(default_factory=dict)
     """Models the engine serves (``/v1/models``) → its context length, when it says."""
+    events: Any = None
+    """Its KV-event subscription (``gateway.index.subscriber.KVEventSubscriber``), if any."""
     _queue: list[tuple[float, int, Ticket]] = field(default_factory=list, repr=False)
 
 

@@ -102,11 +102,24 @@ async def list_workers(request: Request) -> Response:
             "backlog_s": round(view.backlog_s, 6) if view else 0.0,
             "indexed_blocks": index.blocks_held(w.slot), "capacity_blocks": w.capacity_blocks,
             "requests_total": w.requests_total, "errors_total": w.errors_total,
+            "index_mode": "precise" if w.events is not None and w.events.live
+            and gateway.router.mode != "approximate" else "approximate",
+            "events": _events_status(w.events),
         })
     return _json({"policy": gateway.router.policy.name, "block_size": fleet.block_size,
                   "utilization": round(fleet.utilization(), 6),
                   "sessions": len(gateway.router.sessions),
                   "pinned_prefixes": len(gateway.router.pins), "workers": rows})
+
+
+def _events_status(sub: Any) -> dict | None:
+    if sub is None:
+        return None
+    stats = sub.ingest.stats
+    return {"state": sub.state, "endpoint": sub.source.endpoint, "last_seq": sub.last_seq,
+            "batches": sub.batches, "replays": sub.replays, "restarts": sub.restarts,
+            "stored": stats.stored, "removed": stats.removed, "cleared": stats.cleared,
+            "orphans": stats.orphans}
 
 
 async def add_worker(request: Request) -> Response:
@@ -134,5 +147,6 @@ async def remove_worker(request: Request) -> Response:
     worker_id = request.path_params["worker_id"]
     if gateway.router.fleet.get(worker_id) is None:
         raise ApiError(404, f"No worker {worker_id!r}.", param="id", code="not_found")
+    await gateway.events.stop(worker_id)
     gateway.router.remove_worker(worker_id)
     return Response(status_code=204)

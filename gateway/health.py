@@ -5,6 +5,8 @@ a row take it out of rotation, one success brings it back. A worker that comes b
 being down has most likely restarted with an empty cache, so its index entries are dropped.
 A healthy worker is also asked once for ``/v1/models``: the served model names and context
 length then come from the engines themselves, not from configuration that could disagree.
+It is asked once, too, where it publishes KV-cache events (vLLM ``/kv_event_sources``,
+SGLang ``/get_server_info``), and the gateway subscribes.
 (The proxy takes a worker out at once when a connection to it is refused.)
 """
 
@@ -12,20 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import httpx
 import orjson
 
 from gateway.fleet import Worker
+from gateway.index.subscriber import EventSource
 from gateway.router import Router
+
+if TYPE_CHECKING:
+    from gateway.events_hub import EventHub
 
 log = logging.getLogger(__name__)
 
 
 class HealthMonitor:
     def __init__(self, router: Router, client: httpx.AsyncClient, interval_s: float = 2.0,
-                 timeout_s: float = 2.0, fail_threshold: int = 2) -> None:
+                 timeout_s: float = 2.0, fail_threshold: int = 2,
+                 events: EventHub | None = None) -> None:
         self.router = router
+        self.events = events
         self.client = client
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -43,6 +52,9 @@ class HealthMonitor:
         ok = await self._probe(worker)
         if ok and not worker.models:
             await self._learn_models(worker)
+        if ok and worker.models and self.events is not None and self.events.enabled \
+                and worker.events is None:
+            await self._learn_events(worker)
         was_healthy = worker.healthy
         if self.router.fleet.mark(worker, ok, self.fail_threshold):
             log.warning("worker %s is %s", worker.id, "up" if worker.healthy else "down")
@@ -63,3 +75,30 @@ class HealthMonitor:
             worker.models = {c["id"]: c.get("max_model_len") for c in cards if "id" in c}
         except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
             log.info("worker %s: no model list (%s)", worker.id, exc)
+
+    async def _learn_events(self, worker: Worker) -> None:
+        config = await self._get_json(worker, "/kv_event_sources")
+        if isinstance(config, dict) and config:
+            config = config.get("0") or next(iter(config.values()))
+        else:  # SGLang advertises its publisher in the server info
+            info = await self._get_json(worker, "/get_server_info")
+            config = info.get("kv_events_config") if isinstance(info, dict) else None
+            if isinstance(config, str):
+                try:
+                    config = orjson.loads(config)
+                except orjson.JSONDecodeError:
+                    config = None
+        if not isinstance(config, dict):
+            return
+        host = httpx.URL(worker.url).host
+        source = EventSource.from_engine(config, host)
+        if source is not None:
+            log.info("worker %s publishes KV events at %s", worker.id, source.endpoint)
+            self.events.start(worker, source, next(iter(worker.models)))
+
+    async def _get_json(self, worker: Worker, path: str) -> object:
+        try:
+            response = await self.client.get(worker.url + path, timeout=self.timeout_s)
+            return orjson.loads(response.content) if response.status_code == 200 else None
+        except (httpx.HTTPError, orjson.JSONDecodeError):
+            return None

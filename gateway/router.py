@@ -41,11 +41,12 @@ class Route:
 
 class Router:
     def __init__(self, fleet: Fleet, index: PrefixIndex, policy: Policy,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, mode: str = "approximate") -> None:
         self.fleet = fleet
         self.index = index
         self.policy = policy
         self.rng = rng or random.Random()
+        self.mode = mode
         self.sessions = SessionTable()
         self.pins = TimedPins(index)
         self._seeds: dict[str, int] = {}
@@ -72,11 +73,14 @@ class Router:
         self.index.clear_worker(worker.slot)
 
     # -- routing -----------------------------------------------------------------------
-    def keys(self, token_bytes: bytes, namespace: str = "") -> bytes:
+    def seed(self, namespace: str) -> int:
         seed = self._seeds.get(namespace)
         if seed is None:
             seed = self._seeds[namespace] = root_seed(namespace)
-        return block_keys(token_bytes, self.block_size, seed)
+        return seed
+
+    def keys(self, token_bytes: bytes, namespace: str = "") -> bytes:
+        return block_keys(token_bytes, self.block_size, self.seed(namespace))
 
     def cached_tokens(self, keys: bytes, prompt_tokens: int) -> dict[int, int]:
         """Per worker slot, the prompt tokens the engine would serve from cache.
@@ -111,12 +115,19 @@ class Router:
             self.sessions.set(affinity_key, worker.id)
         ticket = self.fleet.admit(worker, prompt_tokens, decision.cached_tokens, max_tokens,
                                   first_token_signal=first_token_signal)
-        # Pinned until it finishes: the engine cannot evict what a running request uses,
-        # and a queued one is about to use it. (Pinning only from the first token was
-        # measured worse: under overload the mirror then drops prefixes queued requests
-        # are about to compute and reuse.)
-        pin = self.index.insert(worker.slot, keys, pin=True)
+        pin = None
+        if self.speculates(worker):
+            # Pinned until it finishes: the engine cannot evict what a running request
+            # uses, and a queued one is about to use it. (Pinning only from the first
+            # token was measured worse: under overload the mirror then drops prefixes
+            # queued requests are about to compute and reuse.)
+            pin = self.index.insert(worker.slot, keys, pin=True)
         return Route(worker, decision, ticket, keys, pin)
+
+    def speculates(self, worker: Worker) -> bool:
+        """Record routing decisions in the index? Always, except in precise mode for a
+        worker whose KV events are live (its events alone then say what it holds)."""
+        return self.mode != "precise" or worker.events is None or not worker.events.live
 
     def _session_slot(self, key: str | None, workers: tuple[WorkerView, ...]) -> int | None:
         worker_id = self.sessions.get(key) if key is not None else None

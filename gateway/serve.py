@@ -48,7 +48,8 @@ def sim_config(args: argparse.Namespace) -> object:
     engine = EngineConfig(args.num_blocks, args.block_size, args.max_num_seqs,
                           args.max_batched_tokens, args.profile)
     return SimConfig(args.host, args.port, args.model, args.tokenizer, args.max_model_len,
-                     engine, args.speed, args.output_min, args.output_max)
+                     engine, args.speed, args.output_min, args.output_max, args.flavor,
+                     args.kv_events, args.kv_events_port)
 
 
 async def run_sim(config: object) -> None:

@@ -21,6 +21,7 @@ from gateway.api.openai import ParsedRequest, check_context
 from gateway.api.shapes import ReplyShape
 from gateway.chat_template import ChatInputError
 from gateway.config import GatewayConfig
+from gateway.events_hub import EventHub
 from gateway.health import HealthMonitor
 from gateway.hints import Hints
 from gateway.metrics import GatewayMetrics
@@ -66,13 +67,15 @@ class Call:
 
 class Gateway:
     def __init__(self, config: GatewayConfig, router: Router, tokenizer: ChatTokenizer,
-                 upstream: Upstream, metrics: GatewayMetrics, health: HealthMonitor) -> None:
+                 upstream: Upstream, metrics: GatewayMetrics, health: HealthMonitor,
+                 events: EventHub) -> None:
         self.config = config
         self.router = router
         self.tokenizer = tokenizer
         self.upstream = upstream
         self.metrics = metrics
         self.health = health
+        self.events = events
 
     async def serve(self, call: Call) -> Response:
         target = self.resolve_model(call.parsed.model)

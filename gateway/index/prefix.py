@@ -19,6 +19,11 @@ Invariants
     When pinned blocks alone exceed a worker's capacity, the worker may briefly hold more
     than its capacity (the engine would preempt a request then).
 
+Engine events (precise mode) name blocks, not paths: with ``locate=True`` the index also
+maps every block key to its node, so a block stored after a known parent
+(:meth:`insert_after`) or removed by the engine (:meth:`remove_from`) is found in O(1).
+That map costs about 100 bytes per distinct block; approximate mode goes without it.
+
 Costs: ``match`` and ``insert`` walk one path: O(nodes on the path) dict lookups and run
 compares, independent of how much is indexed. Eviction uses one lazy min-heap per worker
 (stale entries are skipped on pop): O(log n) per dropped node. Memory: 8 bytes per block
@@ -105,8 +110,9 @@ def _common_blocks(run: bytes, keys: bytes, off: int) -> int:
 class PrefixIndex:
     """Global radix index of cached prefixes, per worker slot, with a capacity mirror."""
 
-    def __init__(self, max_entries: int = 64 << 20) -> None:
+    def __init__(self, max_entries: int = 64 << 20, *, locate: bool = False) -> None:
         self._root = _Node(b"", None)
+        self._where: dict[bytes, _Node] | None = {} if locate else None
         self._max_entries = max_entries
         self._capacity: dict[int, int] = {}
         self._blocks: dict[int, int] = {}
@@ -203,6 +209,7 @@ class PrefixIndex:
                 child = _Node(keys[off * KEY_BYTES :], node)
                 node.children[first] = child
                 self._nodes += 1
+                self._register(child)
                 run = n - off
             else:
                 run = _common_blocks(child.keys, keys, off)
@@ -257,9 +264,77 @@ class PrefixIndex:
         node.keys = node.keys[:cut]
         node.children = {key_at(tail.keys, 0): tail}
         self._nodes += 1
+        self._register(tail)
         for slot, stamp in tail.stamps.items():
             heapq.heappush(self._heaps[slot], (stamp, next(self._seq), tail))
         return tail
+
+    # -- engine events (locate=True) ------------------------------------------------------
+    def _register(self, node: _Node) -> None:
+        if self._where is not None:
+            keys = node.keys
+            for i in range(0, len(keys), KEY_BYTES):
+                self._where[keys[i:i + KEY_BYTES]] = node
+
+    def _unregister(self, node: _Node) -> None:
+        if self._where is not None:
+            keys = node.keys
+            for i in range(0, len(keys), KEY_BYTES):
+                if self._where.get(keys[i:i + KEY_BYTES]) is node:
+                    del self._where[keys[i:i + KEY_BYTES]]
+
+    def _locate(self, key: bytes) -> tuple[_Node, int] | None:
+        """The node holding block ``key`` and the block's offset in its run."""
+        node = self._where.get(key) if self._where is not None else None
+        if node is None:
+            return None
+        at = node.keys.find(key)
+        while at % KEY_BYTES:
+            at = node.keys.find(key, at + 1)
+        return node, at // KEY_BYTES
+
+    def path_to(self, key: bytes) -> bytes | None:
+        """All block keys from the root up to and including ``key``; None if unknown."""
+        found = self._locate(key)
+        if found is None:
+            return None
+        node, at = found
+        parts = [node.keys[:(at + 1) * KEY_BYTES]]
+        node = node.parent
+        while node is not None and node is not self._root:
+            parts.append(node.keys)
+            node = node.parent
+        return b"".join(reversed(parts))
+
+    def insert_after(self, slot: int, parent: bytes | None, keys: bytes) -> bool:
+        """The engine stored ``keys`` right after block ``parent`` (None: from the start).
+        Returns False when the parent is unknown (the blocks cannot be placed)."""
+        if parent is None:
+            self.insert(slot, keys)
+            return True
+        path = self.path_to(parent)
+        if path is None:
+            return False
+        self.insert(slot, path + keys)
+        return True
+
+    def remove_from(self, slot: int, key: bytes) -> int:
+        """The engine evicted block ``key`` on ``slot``: it and every block after it are
+        unusable there (prefix closure). Returns blocks dropped."""
+        found = self._locate(key)
+        if found is None or not found[0].holders & (1 << slot):
+            return 0
+        node, at = found
+        if at:
+            node = self._split(node, at)
+        before = self._blocks[slot]
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.holders & (1 << slot):
+                stack.extend(current.children.values())
+                self._drop(current, slot, push_parent=True)
+        return before - self._blocks[slot]
 
     def _evict(self, slot: int, target_blocks: int) -> None:
         """Drop ``slot``'s least recently used leaves until it holds ``target_blocks``."""
@@ -293,6 +368,7 @@ class PrefixIndex:
             del parent.children[key_at(node.keys, 0)]
             node.parent = None
             self._nodes -= 1
+            self._unregister(node)
         if (
             push_parent
             and parent is not self._root

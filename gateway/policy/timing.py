@@ -6,7 +6,8 @@
 An engine with chunked prefill runs at most ``C`` (``max_num_batched_tokens``) prompt tokens
 a step, so the quadratic attention term grows per chunk, not with the whole prompt, and
 every step of a prefill also carries the running decodes. Prefills queued behind others
-share their steps, so they add no fixed overhead of their own (``queued_prefill_s``).
+share steps, so they add the per-step overhead only in proportion to the tokens they
+bring (``queued_prefill_s``).
 
 Default constants are NVIDIA Dynamo's mocker fit (prefill_ms = 4.21e-7·T² + 1.518e-2·T +
 16.5; ITL_ms = −25.74·p² + 54.01·p + 5.74, at least 1 ms), the same default profile the
@@ -43,12 +44,14 @@ class EngineTiming:
         return full * self._chunk_s(self.chunk_tokens) + (self._chunk_s(rest) if rest else 0.0)
 
     def queued_prefill_s(self, tokens: int, queue_empty: bool) -> float:
-        """Prefill time a request adds to a worker: behind other prefills it joins their
-        steps (continuous batching), so the fixed per-step overhead is already paid."""
-        if queue_empty:
+        """Prefill time a request adds to a worker. Behind other prefills it shares their
+        steps (continuous batching): it pays the per-step overhead only for the share of
+        a step's ``chunk_tokens`` it fills, not a whole step of its own."""
+        if queue_empty or tokens <= 0:
             return self.prefill_s(tokens)
-        return max(self.prefill_s(tokens) - self.prefill_steps(tokens) * self.prefill_fixed_s,
-                   0.0)
+        steps = self.prefill_steps(tokens)
+        shared = self.prefill_fixed_s * (tokens / self.chunk_tokens - steps)
+        return max(self.prefill_s(tokens) + shared, 0.0)
 
     def prefill_steps(self, tokens: int) -> int:
         return -(-tokens // self.chunk_tokens) if tokens > 0 else 0

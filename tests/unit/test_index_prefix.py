@@ -192,3 +192,46 @@ def test_pinned_prefixes_always_match_in_full(ops, capacity, pin_flags) -> None:
     for slot in range(3):
         index.insert(slot, keys_of([5] * BS))
         assert index.blocks_held(slot) <= capacity
+
+
+def test_engine_events_place_blocks_after_their_parent_and_remove_tails() -> None:
+    index = PrefixIndex(locate=True)
+    index.add_worker(0, 100)
+    index.add_worker(1, 100)
+    chain = keys_of(list(range(24)))  # 6 blocks
+    assert index.insert_after(0, None, chain[:16])  # blocks 0-1
+    assert index.insert_after(0, chain[8:16], chain[16:32])  # blocks 2-3 after block 1
+    assert index.match(chain) == {0: 4}
+    # Worker 1 reports blocks 4-5 after block 3, which it never announced: the path to
+    # block 3 is known from the tree, so worker 1 holds blocks 0-5.
+    assert index.insert_after(1, chain[24:32], chain[32:48])
+    assert index.match(chain) == {0: 4, 1: 6}
+    assert not index.insert_after(1, keys_of([9] * 4), keys_of([8] * 4))  # unknown parent
+    # Worker 1 evicts block 2: blocks 2-5 are unusable there; worker 0 is untouched.
+    assert index.remove_from(1, chain[16:24]) == 4
+    assert index.match(chain) == {0: 4, 1: 2}
+    assert index.remove_from(1, keys_of([7] * 4)) == 0  # unknown block: nothing happens
+    assert index.path_to(chain[24:32]) == chain[:32]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9)), max_size=10))
+def test_removals_keep_every_worker_prefix_closed(ops, removals) -> None:
+    index = PrefixIndex(locate=True)
+    for slot in range(3):
+        index.add_worker(slot, capacity_blocks=10_000)
+    held = {0: [], 1: [], 2: []}
+    for slot, tokens in ops:
+        index.insert(slot, keys_of(tokens))
+        held[slot].append(blocks_of(tokens))
+    for slot, block in removals:
+        for (s, tokens) in ops:
+            keys = keys_of(tokens)
+            if s == slot and len(keys) // 8 > block:
+                index.remove_from(slot, keys[block * 8:(block + 1) * 8])
+                held[slot] = [p[:block] if p[:block + 1] == blocks_of(tokens)[:block + 1]
+                              else p for p in held[slot]]
+                break
+    for slot, tokens in ops:
+        want = max((common_blocks(p, blocks_of(tokens)) for p in held[slot]), default=0)
+        assert index.match(keys_of(tokens)).get(slot, 0) == want

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from workers.sim.model import EngineModel, SimRequest, TokenOut
 
 
 class EngineLoop:
-    def __init__(self, model: EngineModel, speed: float = 1.0) -> None:
+    def __init__(self, model: EngineModel, speed: float = 1.0,
+                 after_step: Callable[[], object] | None = None) -> None:
         self.model = model
         self.speed = speed
+        self.after_step = after_step
         self._t0 = time.monotonic()
         self._queues: dict[int, asyncio.Queue[TokenOut]] = {}
         self._wake = asyncio.Event()
@@ -59,6 +62,8 @@ class EngineLoop:
             delay = deadline - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if self.after_step is not None:
+                self.after_step()  # publish the step's KV events as its tokens come out
             for out in result.outputs:
                 queue = self._queues.get(id(out.request))
                 if queue is not None:

@@ -29,6 +29,7 @@ from gateway.tokenize import ChatTokenizer, TokenBytes, bytes_to_ids, ids_to_byt
 from gateway.tokenizer_files import resolve_tokenizer
 from workers.sim import responses as shapes
 from workers.sim.engine_loop import EngineLoop
+from workers.sim.kv_events import KVEventPublisher
 from workers.sim.metrics import SimMetrics
 from workers.sim.model import EngineConfig, EngineModel, SimRequest, TokenOut
 from workers.sim.text import OutputVocab, natural_length, prompt_seed
@@ -45,6 +46,11 @@ class SimConfig:
     speed: float = 1.0
     output_min: int = 16
     output_max: int = 256
+    flavor: str = "vllm"
+    """Which engine it imitates on the wire: ``vllm`` or ``sglang`` (KV events, extras)."""
+    kv_events: bool = True
+    kv_events_port: int = 0
+    """0: any free port (advertised by ``/kv_event_sources`` / ``/get_server_info``)."""
 
 
 class SimError(Exception):
@@ -57,11 +63,44 @@ class SimServer:
     def __init__(self, config: SimConfig, tokenizer: ChatTokenizer | None = None) -> None:
         self.config = config
         self.tokenizer = tokenizer or ChatTokenizer.from_dir(resolve_tokenizer(config.tokenizer))
-        self.model = EngineModel(config.engine)
-        self.loop = EngineLoop(self.model, config.speed)
+        self.salts: dict[int, str] = {}
+        self.publisher = self._publisher(config)
+        listener = self.publisher.on_pool_event if self.publisher else None
+        self.model = EngineModel(config.engine, listener=listener)
+        self.loop = EngineLoop(self.model, config.speed,
+                               after_step=self.publisher.flush if self.publisher else None)
         self.metrics = SimMetrics(self.model, config.model_name)
         self.vocab = OutputVocab(self.tokenizer._tok)
         self.created = int(time.time())
+
+    def _publisher(self, config: SimConfig) -> KVEventPublisher | None:
+        if not config.kv_events:
+            return None
+        port = config.kv_events_port or "*"
+        replay = f"tcp://{config.host}:{config.kv_events_port + 1}" if config.kv_events_port \
+            else f"tcp://{config.host}:*"
+        return KVEventPublisher(config.flavor, f"tcp://{config.host}:{port}", replay,
+                                f"kv@{config.port}", config.engine.block_size,
+                                salt_of=self.salts.get)
+
+    def event_config(self) -> dict | None:
+        """The publisher as an engine advertises it (the engine binds: wildcard host)."""
+        if self.publisher is None:
+            return None
+        port = self.publisher.endpoint.rsplit(":", 1)[1]
+        replay = self.publisher.replay_address
+        return {"enable_kv_cache_events": True, "publisher": "zmq",
+                "endpoint": f"tcp://*:{port}",
+                "replay_endpoint": f"tcp://*:{replay.rsplit(':', 1)[1]}" if replay else None,
+                "buffer_steps": 10000, "topic": f"kv@{self.config.port}"}
+
+    def submit(self, request: SimRequest) -> asyncio.Queue[TokenOut]:
+        queue = self.loop.submit(request)
+        if request.salt and request.hashes:
+            if len(self.salts) > 100_000:
+                self.salts.clear()
+            self.salts[request.hashes[0]] = request.salt
+        return queue
 
     # -- request handling --------------------------------------------------------------
     async def parse(self, request: Request, chat: bool) -> tuple[ParsedRequest, TokenBytes]:
@@ -139,7 +178,7 @@ class SimServer:
     async def generate(self, http: Request, chat: bool) -> Response:
         parsed, tokens = await self.parse(http, chat)
         request, finish = self.make_request(parsed, tokens)
-        queue = self.loop.submit(request)
+        queue = self.submit(request)
         seed = prompt_seed(tokens)
         rid = shapes.new_id("chatcmpl" if chat else "cmpl")
         if parsed.stream:
@@ -241,6 +280,18 @@ def create_sim_app(config: SimConfig, tokenizer: ChatTokenizer | None = None) ->
         ok = sim.model.reset_prefix_cache()
         return json({"success": ok}, 200 if ok else 409)
 
+    async def kv_event_sources(http: Request) -> Response:
+        config = sim.event_config()
+        return json({"0": config} if config else {})
+
+    async def server_info(http: Request) -> Response:  # SGLang's name for its config
+        config = sim.event_config()
+        return json({"model_path": config and sim.config.model_name,
+                     "page_size": sim.config.engine.block_size,
+                     "max_total_num_tokens": sim.config.engine.num_blocks
+                     * sim.config.engine.block_size,
+                     "kv_events_config": orjson.dumps(config).decode() if config else None})
+
     async def metrics(http: Request) -> Response:
         return Response(sim.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -256,11 +307,15 @@ def create_sim_app(config: SimConfig, tokenizer: ChatTokenizer | None = None) ->
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if sim.publisher is not None:
+            sim.publisher.start()
         sim.loop.start()
         try:
             yield
         finally:
             await sim.loop.stop()
+            if sim.publisher is not None:
+                await sim.publisher.aclose()
             sim.tokenizer.close()
 
     app = Starlette(
@@ -272,6 +327,10 @@ def create_sim_app(config: SimConfig, tokenizer: ChatTokenizer | None = None) ->
             Route("/version", version, methods=["GET"]),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/reset_prefix_cache", reset, methods=["POST"]),
+            Route("/flush_cache", reset, methods=["POST", "GET"]),
+            Route("/kv_event_sources", kv_event_sources, methods=["GET"]),
+            Route("/get_server_info", server_info, methods=["GET"]),
+            Route("/server_info", server_info, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
         ],
         exception_handlers={SimError: sim_error, ApiError: api_error},
