@@ -82,17 +82,47 @@ def _sim_flags(p: argparse.ArgumentParser) -> None:
                    help="run this many times faster than the profile's real time")
 
 
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=["sim", "vllm", "sglang"], default="sim")
+    p.add_argument("--engine-model", default=None, metavar="MODEL",
+                   help="model path or hub id for vllm/sglang")
+    p.add_argument("--gpus", default="", help="GPU ids, e.g. 0,1,2,3")
+    p.add_argument("--tp", type=int, default=1, help="GPUs per replica (tensor parallel)")
+    p.add_argument("--base-port", type=int, default=8100, help="first replica's port")
+    p.add_argument("--engine-python", default=sys.executable,
+                   help="the Python that has vllm or sglang installed")
+    p.add_argument("--cpu", action="store_true", help="vLLM CPU build settings")
+    p.add_argument("--kv-cache-bytes", type=int, default=None, help="(vLLM CPU) KV cache size")
+    p.add_argument("extra", nargs=argparse.REMAINDER,
+                   help="after --: arguments passed to the engine as they are")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radixgate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="gateway + simulated workers on 127.0.0.1")
+    up = sub.add_parser("up", help="gateway + workers on this machine (simulated by default)")
     _common(up, 8000)
     _gateway_flags(up)
     _sim_flags(up)
     up.add_argument("--workers", type=int, default=4, help="simulated workers to start")
     up.add_argument("--log-dir", default=None, help="write each worker's log here")
+    _engine_flags(up)
+
+    workers = sub.add_parser("workers", help="engine replicas per GPU group, registered "
+                             "with a gateway")
+    _engine_flags(workers)
+    _sim_flags(workers)
+    workers.add_argument("--workers", type=int, default=1, help="(sim, or no --gpus) replicas")
+    workers.add_argument("--block-size", type=int, default=16)
+    workers.add_argument("--tokenizer", default=default_tokenizer())
+    workers.add_argument("--host", default="127.0.0.1")
+    workers.add_argument("--gateway", default=None, help="register with this gateway URL")
+    workers.add_argument("--admin-key", default=None, help="the gateway's admin key")
+    workers.add_argument("--log-dir", default=None)
+    workers.add_argument("--log-level", default="info",
+                         choices=["debug", "info", "warning", "error"])
 
     gw = sub.add_parser("gateway", help="the gateway in front of running workers")
     _common(gw, 8000)
@@ -148,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _run(serve.run_sim(serve.sim_config(args)))
     elif args.command == "up":
         _run(serve.run_up(args))
+    elif args.command == "workers":
+        _run(serve.run_workers(args))
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

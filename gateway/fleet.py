@@ -54,6 +54,10 @@ class Worker:
     """Models the engine serves (``/v1/models``) → its context length, when it says."""
     events: Any = None
     """Its KV-event subscription (``gateway.index.subscriber.KVEventSubscriber``), if any."""
+    engine_waiting: int = 0
+    """Requests the engine itself reports queued (scraped), the gateway's own included."""
+    engine_kv_usage: float = 0.0
+    capacity_from_engine: bool = False
     _queue: list[tuple[float, int, Ticket]] = field(default_factory=list, repr=False)
 
 
@@ -81,6 +85,7 @@ class Fleet:
         self.clock = clock
         self.window_s = window_s
         self._workers: dict[WorkerId, Worker] = {}
+        self._mean_prefill_s = 0.0  # recent prefill per request: prices queues we cannot see
         self._busy = 0  # workers with at least one request waiting for its first token
         self._busy_area = 0.0
         self._busy_at = clock()
@@ -131,6 +136,7 @@ class Fleet:
         prefill_s = self.timing.queued_prefill_s(prompt_tokens - cached_tokens,
                                                  queue_empty=worker.busy_until <= now)
         worker.busy_until = max(worker.busy_until, now) + prefill_s
+        self._mean_prefill_s += 0.05 * (prefill_s - self._mean_prefill_s)
         ticket = Ticket(worker, prompt_tokens, cached_tokens, max_tokens, prefill_s,
                         worker.busy_until - worker.offset, now)
         if not first_token_signal:
@@ -209,9 +215,14 @@ class Fleet:
         views = []
         for w in self.healthy():
             self._expire_prefills(w, now)
+            # Requests the engine holds beyond the gateway's own (another gateway's, or
+            # sent to it directly) queue up too, at a typical prefill each.
+            unseen = max(0, w.engine_waiting - w.prefilling) * self._mean_prefill_s
+            capacity = w.capacity_blocks * self.block_size
             views.append(WorkerView(
                 slot=w.slot, worker_id=w.id, in_flight=w.in_flight, prefilling=w.prefilling,
-                backlog_s=max(0.0, w.busy_until - now), active_tokens=w.active_tokens,
-                capacity_tokens=w.capacity_blocks * self.block_size, max_running=w.max_running,
+                backlog_s=max(0.0, w.busy_until - now) + unseen,
+                active_tokens=max(w.active_tokens, int(w.engine_kv_usage * capacity)),
+                capacity_tokens=capacity, max_running=w.max_running,
             ))
         return FleetView(tuple(views), self.utilization())

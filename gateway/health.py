@@ -22,6 +22,7 @@ import orjson
 from gateway.fleet import Worker
 from gateway.index.subscriber import EventSource
 from gateway.router import Router
+from gateway.scrape import parse_engine_metrics
 
 if TYPE_CHECKING:
     from gateway.events_hub import EventHub
@@ -52,6 +53,8 @@ class HealthMonitor:
         ok = await self._probe(worker)
         if ok and not worker.models:
             await self._learn_models(worker)
+        if ok:
+            await self._scrape(worker)
         if ok and worker.models and self.events is not None and self.events.enabled \
                 and worker.events is None:
             await self._learn_events(worker)
@@ -75,6 +78,26 @@ class HealthMonitor:
             worker.models = {c["id"]: c.get("max_model_len") for c in cards if "id" in c}
         except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
             log.info("worker %s: no model list (%s)", worker.id, exc)
+
+    async def _scrape(self, worker: Worker) -> None:
+        """The engine's own load and capacity (``/metrics``), when it exposes them."""
+        try:
+            response = await self.client.get(f"{worker.url}/metrics", timeout=self.timeout_s)
+            load = parse_engine_metrics(response.text) if response.status_code == 200 \
+                else None
+        except (httpx.HTTPError, ValueError):
+            return
+        if load is None:
+            return
+        worker.engine_waiting = load.waiting or 0
+        worker.engine_kv_usage = load.kv_usage or 0.0
+        if load.capacity_tokens and not worker.capacity_from_engine:
+            worker.capacity_from_engine = True
+            blocks = load.capacity_tokens // self.router.block_size
+            if blocks != worker.capacity_blocks:
+                log.info("worker %s: KV capacity %d tokens (from the engine)", worker.id,
+                         load.capacity_tokens)
+                self.router.set_capacity(worker, blocks)
 
     async def _learn_events(self, worker: Worker) -> None:
         config = await self._get_json(worker, "/kv_event_sources")

@@ -68,6 +68,10 @@ class Router:
         if worker is not None:
             self.index.remove_worker(worker.slot)
 
+    def set_capacity(self, worker: Worker, capacity_blocks: int) -> None:
+        worker.capacity_blocks = capacity_blocks
+        self.index.set_capacity(worker.slot, capacity_blocks)
+
     def worker_restarted(self, worker: Worker) -> None:
         """The worker's engine lost its cache (restart, or down long enough to doubt it)."""
         self.index.clear_worker(worker.slot)

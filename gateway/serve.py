@@ -73,28 +73,82 @@ def free_ports(host: str, count: int) -> list[int]:
             s.close()
 
 
-async def run_up(args: argparse.Namespace) -> None:
-    """Simulated workers as child processes, and the gateway in front of them."""
-    from gateway.cli import gateway_config
+def engine_and_specs(args: argparse.Namespace) -> tuple[object, list]:
+    """The engine adapter and one launch spec per replica, from ``up``/``workers`` flags."""
+    from workers.engines import SGLangEngine, SimEngine, VLLMEngine, gpu_groups
     from workers.engines.base import LaunchSpec
-    from workers.engines.sim import SimEngine
+
+    extra = [a for a in args.extra if a != "--"]
+    if args.engine == "sim":
+        engine = SimEngine(args.model, args.tokenizer, args.num_blocks, args.block_size,
+                           args.max_num_seqs, args.max_batched_tokens, args.max_model_len,
+                           args.profile, args.speed)
+        ports = free_ports(args.host, args.workers)
+        return engine, [LaunchSpec(i, args.host, p, extra_args=tuple(extra))
+                        for i, p in enumerate(ports)]
+    if not args.engine_model:
+        raise SystemExit(f"--engine {args.engine} needs --engine-model")
+    served = getattr(args, "model", None) or args.engine_model
+    if args.engine == "vllm":
+        engine = VLLMEngine(args.engine_model, served, args.block_size, args.tp,
+                            cpu=args.cpu, kv_cache_bytes=args.kv_cache_bytes,
+                            python=args.engine_python, extra_args=extra)
+    else:
+        engine = SGLangEngine(args.engine_model, served, args.block_size, args.tp,
+                              python=args.engine_python, extra_args=extra)
+    gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+    groups = gpu_groups(gpus, args.tp) if gpus else [()] * getattr(args, "workers", 1)
+    return engine, [LaunchSpec(i, args.host, args.base_port + i, gpus=group)
+                    for i, group in enumerate(groups)]
+
+
+async def run_workers(args: argparse.Namespace) -> None:
+    """Engine replicas, supervised; each registers with ``--gateway`` when ready."""
+    import httpx
+
+    from workers.manager import ManagedWorker, WorkerManager
+
+    engine, specs = engine_and_specs(args)
+    headers = {"authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
+
+    async def ready(managed: ManagedWorker) -> None:
+        print(f"{managed.worker_id} ready at {managed.url}", flush=True)
+        if args.gateway:
+            async with httpx.AsyncClient(timeout=10) as client:
+                r = await client.post(args.gateway.rstrip("/") + "/admin/workers",
+                                      json={"url": managed.url, "id": managed.worker_id},
+                                      headers=headers)
+                if r.status_code not in (201, 409):
+                    print(f"registration of {managed.worker_id} failed: {r.text}", flush=True)
+
+    manager = WorkerManager(engine, specs, on_ready=ready, log_dir=args.log_dir)
+    stop = asyncio.Event()
+    _on_signals(stop.set)
+    try:
+        await manager.start()
+        await stop.wait()
+    finally:
+        await manager.stop()
+
+
+async def run_up(args: argparse.Namespace) -> None:
+    """Workers as child processes, and the gateway in front of them."""
+    from gateway.cli import gateway_config
     from workers.manager import ManagedWorker, WorkerManager
 
     config = gateway_config(args, [])
-    config.model, config.max_model_len = args.model, args.max_model_len
+    config.model = args.model if args.engine == "sim" else (args.model or args.engine_model)
+    config.max_model_len = args.max_model_len if args.engine == "sim" else None
     app = create_app(config)
     gateway = app.state.gateway
     router = gateway.router
-    engine = SimEngine(args.model, args.tokenizer, args.num_blocks, args.block_size,
-                       args.max_num_seqs, args.max_batched_tokens, args.max_model_len,
-                       args.profile, args.speed)
-    specs = [LaunchSpec(i, args.host, port)
-             for i, port in enumerate(free_ports(args.host, args.workers))]
+    engine, specs = engine_and_specs(args)
+    capacity = engine.capacity_blocks() or config.capacity_blocks
 
     def ready(managed: ManagedWorker) -> None:
         worker = router.fleet.get(managed.worker_id)
         if worker is None:
-            router.add_worker(managed.worker_id, managed.url, args.num_blocks, args.max_num_seqs)
+            router.add_worker(managed.worker_id, managed.url, capacity, args.max_num_seqs)
         else:  # a restarted engine: its cache is empty
             router.worker_restarted(worker)
             router.fleet.mark(worker, ok=True)
@@ -125,23 +179,23 @@ async def run_up(args: argparse.Namespace) -> None:
         while not server.started and not serving.done():
             await asyncio.sleep(0.05)
         if server.started:
-            print(banner(args), flush=True)
+            print(banner(args, config.model), flush=True)
         await serving
     finally:
         await manager.stop()
 
 
-def banner(args: argparse.Namespace) -> str:
+def banner(args: argparse.Namespace, model: str) -> str:
     base = f"http://{args.host}:{args.port}"
     return f"""
-radixgate is up: {base}/v1   ({args.workers} simulated workers, policy {args.policy}, \
-model {args.model!r})
+radixgate is up: {base}/v1   ({args.workers if args.engine == "sim" else "GPU"} \
+{args.engine} workers, policy {args.policy}, model {model!r})
 
   curl {base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{{"model": "{args.model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
   python -c "from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key='none'); \
-print(c.chat.completions.create(model='{args.model}', \
+print(c.chat.completions.create(model='{model}', \
 messages=[{{'role': 'user', 'content': 'Hello!'}}]).choices[0].message.content)"
 
   workers: {base}/admin/workers    metrics: {base}/metrics

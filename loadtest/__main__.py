@@ -10,15 +10,20 @@ from pathlib import Path
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from loadtest.bench import bench_index, bench_overhead, format_report
+    from loadtest.bench import bench_event_ingest, bench_index, bench_overhead, format_report
 
     index = bench_index()
+    ingest = bench_event_ingest()
     with tempfile.TemporaryDirectory() as tmp:
         overhead = bench_overhead(Path(tmp), n=args.requests)
     print(format_report(overhead, index))
+    print(f"\nKV-event ingestion (msgpack decode + index): {ingest['cpu_us_per_block']:.2f} us "
+          f"CPU per block: {100 * ingest['core_share_at_10k_blocks_s']:.1f}% of a core at "
+          "10k blocks/s")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"overhead": overhead, "index": index}, indent=2))
+        Path(args.json).write_text(json.dumps({"overhead": overhead, "index": index,
+                                               "event_ingest": ingest}, indent=2))
 
 
 def _items(args: argparse.Namespace) -> list:
@@ -46,11 +51,13 @@ def _simulate(args: argparse.Namespace) -> None:
     bound = upper_bound_hit_rate(items, spec.block_size)
     summaries = {}
     for name in args.policy:
-        result = FleetSimulation(spec, name, args.seed).run(items)
+        result = FleetSimulation(spec, name, args.seed, index_mode=args.index_mode).run(items)
         summaries[name] = result.summary()
+        predicted = result.predicted_cached_tokens
+        accuracy = result.confirmed_cached_tokens / predicted if predicted else 1.0
         print(f"  {name}: hit {summaries[name]['token_hit_rate']:.3f}, TTFT mean "
-              f"{summaries[name]['ttft_mean_s']:.3f} s ({result.cpu_s:.1f} s CPU)",
-              file=sys.stderr)
+              f"{summaries[name]['ttft_mean_s']:.3f} s, predicted-cached tokens confirmed "
+              f"{accuracy:.3f} ({result.cpu_s:.1f} s CPU)", file=sys.stderr)
     baseline = "round_robin" if "round_robin" in summaries else None
     print(f"upper bound (one infinite cache): token hit rate {bound:.3f}")
     print(simulation_table(summaries, baseline))
@@ -152,6 +159,9 @@ def main(argv: list[str] | None = None) -> None:
                      help="rescale arrivals to this offered prefill load (no cache hits)")
     sim.add_argument("--policy", action="append", choices=POLICY_NAMES, required=True)
     sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--index-mode", choices=["approximate", "precise", "hybrid"],
+                     default="approximate", help="precise/hybrid: engines' KV events feed "
+                     "the index")
     sim.add_argument("--json", default=None, help="write the results here")
     sim.set_defaults(func=_simulate)
 

@@ -203,3 +203,44 @@ def format_report(overhead: list[dict], index: dict) -> str:
               f"p99 {index['match_insert_p99_ms']:.3f} ms",
               f"  memory: {index['bytes_per_entry']:.1f} bytes per block-worker entry"]
     return "\n".join(lines)
+
+
+def bench_event_ingest(blocks: int = 200_000, run: int = 16, block_size: int = 16) -> dict:
+    """KV-event ingestion: msgpack decode + index updates, per block, at steady state.
+
+    A stream shaped like vLLM's: each batch stores a run of ``run`` consecutive blocks
+    (continuing an earlier prefix half the time) and evicts as many old blocks, one
+    BlockRemoved per block, so the index stays at a fixed size."""
+    import msgspec
+
+    from gateway.index.events import decode_payload
+    from gateway.index.ingest import EventIngest
+
+    rng = random.Random(1)
+    index = PrefixIndex(locate=True)
+    index.add_worker(0, capacity_blocks=1 << 30)
+    ingest = EventIngest(index, 0, block_size, lambda salt: root_seed("bench"))
+    live: list[int] = []
+    payloads = []
+    next_hash = 1
+    for _ in range(blocks // run):
+        parent = rng.choice(live[-2000:]) if live and rng.random() < 0.5 else None
+        hashes = list(range(next_hash, next_hash + run))
+        next_hash += run
+        events = [{"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+                   "token_ids": [rng.randrange(150000) for _ in range(run * block_size)],
+                   "block_size": block_size, "lora_id": None, "medium": "GPU"}]
+        live.extend(hashes)
+        if len(live) > 20_000:
+            for h in live[:run]:
+                events.append({"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU"})
+            del live[:run]
+        payloads.append(msgspec.msgpack.encode([time.time(), events, 0]))
+    started = time.process_time()
+    for payload in payloads:
+        ingest.apply(decode_payload(payload))
+    cpu = time.process_time() - started
+    per_block = cpu / blocks
+    return {"blocks": blocks, "cpu_us_per_block": 1e6 * per_block,
+            "core_share_at_10k_blocks_s": per_block * 10_000,
+            "orphans": ingest.stats.orphans, "removed": ingest.stats.removed}

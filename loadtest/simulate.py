@@ -18,12 +18,21 @@ import heapq
 import itertools
 import random
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gateway.fleet import Fleet
+from gateway.index.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EngineHash,
+    EventBatch,
+)
+from gateway.index.ingest import EventIngest
 from gateway.index.prefix import PrefixIndex
 from gateway.policy import POLICIES, make_policy
 from gateway.policy.base import Policy
@@ -37,6 +46,9 @@ from workers.sim.profiles import get_profile
 
 POLICY_NAMES = [*POLICIES, "cache_aware+hints", "sglang_cache_aware"]
 HINTED = {"consistent_hash", "cache_aware+hints"}
+NAMESPACE = "\x00"
+"""Block-key namespace of the simulated fleet: one unnamed model, no salt (as the gateway
+builds it: model + NUL + salt)."""
 """Policies that see each request's session key (as a client's ``prompt_cache_key``)."""
 
 
@@ -72,6 +84,8 @@ class PolicyResult:
     last_finish: float = 0.0
     prefill_tokens_by_worker: list[int] = field(default_factory=list)
     predicted_cached_tokens: int = 0
+    confirmed_cached_tokens: int = 0
+    """Of the predicted cached tokens, those the engine actually served from cache."""
     reasons: dict[str, int] = field(default_factory=dict)
     cpu_s: float = 0.0
 
@@ -90,6 +104,39 @@ class PolicyResult:
             "rejected": self.rejected,
             "load_max_over_mean": float(loads.max() / loads.mean()) if loads.mean() else 1.0,
         }
+
+
+class _EngineEvents:
+    """A simulated engine's KV events, straight from its block pool into the index (the
+    wire format is tested elsewhere; here only the information matters)."""
+
+    live = True
+
+    def __init__(self, ingest: EventIngest, block_size: int) -> None:
+        self.ingest = ingest
+        self.block_size = block_size
+
+    def __call__(self, kind: str, items: list) -> None:
+        if kind == "stored":  # consecutive blocks in one event, as vLLM batches them
+            events, run = [], []
+            for h, parent, tokens in items:
+                if run and parent != run[-1][0]:
+                    events.append(self._stored(run))
+                    run = []
+                run.append((h, parent, tokens))
+            if run:
+                events.append(self._stored(run))
+        elif kind == "removed":
+            events = [BlockRemoved(tuple(EngineHash(h) for h in items))]
+        else:
+            events = [AllBlocksCleared()]
+        self.ingest.apply(EventBatch(0.0, tuple(events), 0))
+
+    def _stored(self, run: list) -> BlockStored:
+        parent = run[0][1]
+        return BlockStored(tuple(EngineHash(h) for h, _, _ in run),
+                           EngineHash(parent) if parent is not None else None,
+                           tuple(array("I", b"".join(t for _, _, t in run))), self.block_size)
 
 
 class VirtualClock:
@@ -131,21 +178,29 @@ class FleetSimulation:
     """One policy, one fleet, one pass over the workload."""
 
     def __init__(self, spec: FleetSpec, policy: str, seed: int = 0,
-                 timing: EngineTiming | None = None) -> None:
+                 timing: EngineTiming | None = None, index_mode: str = "approximate") -> None:
         self.spec = spec
         self.hints = policy in HINTED
         self.clock = VirtualClock()
         timing = timing or EngineTiming(chunk_tokens=spec.max_batched_tokens)
         fleet = Fleet(spec.block_size, timing, self.clock)
-        self.router = Router(fleet, PrefixIndex(), build_policy(policy, timing),
-                             random.Random(seed))
+        events = index_mode != "approximate" and policy != "sglang_cache_aware"
+        self.router = Router(fleet, PrefixIndex(locate=events), build_policy(policy, timing),
+                             random.Random(seed), mode=index_mode if events else "approximate")
         capacity = spec.kv_blocks
         if policy == "sglang_cache_aware":  # the peer keeps its own (much larger) tree budget
             capacity = SGLANG_TREE_TOKENS // spec.block_size
-        self.engines = [EngineModel(spec.engine_config()) for _ in range(spec.workers)]
         self.workers = [self.router.add_worker(f"w{i}", f"sim://w{i}", capacity,
                                                spec.max_num_seqs)
                         for i in range(spec.workers)]
+        self.engines = []
+        for worker in self.workers:
+            listener = None
+            if events:
+                ingest = EventIngest(self.router.index, worker.slot, spec.block_size,
+                                     lambda salt: self.router.seed(NAMESPACE + (salt or "")))
+                worker.events = listener = _EngineEvents(ingest, spec.block_size)
+            self.engines.append(EngineModel(spec.engine_config(), listener=listener))
         self.busy = [False] * spec.workers
         self.routes: dict[int, Route] = {}
         self.events: list[tuple[float, int, int, object]] = []
@@ -185,7 +240,7 @@ class FleetSimulation:
             result.rejected += 1  # no replica could ever hold this prompt
             return
         data = ids.astype("<u4").tobytes()
-        keys = self.router.keys(data)
+        keys = self.router.keys(data, namespace=NAMESPACE)
         route = self.router.route(keys, n, item.output_tokens,
                                   affinity_key=item.session if self.hints else None)
         assert route is not None
@@ -218,6 +273,7 @@ class FleetSimulation:
                 result.prompt_tokens += request.prompt_tokens
                 result.cached_tokens += cached
                 result.prefill_tokens_by_worker[slot] += request.prompt_tokens - cached
+                result.confirmed_cached_tokens += min(cached, route.decision.cached_tokens)
             if out.finished:
                 router.finish(route)
                 del self.routes[id(request)]
@@ -227,9 +283,10 @@ class FleetSimulation:
 
 
 def simulate(items: list[WorkItem], spec: FleetSpec, policies: list[str], seed: int = 0,
-             progress: Callable[[str, int], None] | None = None) -> dict[str, PolicyResult]:
+             progress: Callable[[str, int], None] | None = None,
+             index_mode: str = "approximate") -> dict[str, PolicyResult]:
     results = {}
     for name in policies:
-        sim = FleetSimulation(spec, name, seed)
+        sim = FleetSimulation(spec, name, seed, index_mode=index_mode)
         results[name] = sim.run(items, (lambda n, p=name: progress(p, n)) if progress else None)
     return results

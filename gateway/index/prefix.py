@@ -200,8 +200,12 @@ class PrefixIndex:
         if slot not in self._capacity:
             raise KeyError(f"unknown worker slot {slot}")
         self._tick += 1
+        return self._insert_below(self._root, slot, keys, pin)
+
+    def _insert_below(self, node: _Node, slot: int, keys: bytes, pin: bool) -> Pin | None:
+        """Hold ``keys`` on ``slot`` as the continuation of ``node``'s path."""
         n = len(keys) // KEY_BYTES
-        node, off = self._root, 0
+        off = 0
         while off < n:
             first = key_at(keys, off)
             child = node.children.get(first)
@@ -312,10 +316,17 @@ class PrefixIndex:
         if parent is None:
             self.insert(slot, keys)
             return True
-        path = self.path_to(parent)
-        if path is None:
+        found = self._locate(parent)
+        if found is None:
             return False
-        self.insert(slot, path + keys)
+        node, at = found
+        if not node.holders & (1 << slot):  # slot lacks the path: hold all of it
+            self.insert(slot, self.path_to(parent) + keys)
+            return True
+        if at + 1 < node.length:
+            self._split(node, at + 1)
+        self._tick += 1
+        self._insert_below(node, slot, keys, pin=False)
         return True
 
     def remove_from(self, slot: int, key: bytes) -> int:

@@ -108,6 +108,8 @@ class KVEventSubscriber:
             sub.bind(self.source.endpoint)
         else:
             sub.connect(self.source.endpoint)
+        if await self._reachable():
+            self.state = "live"  # an idle engine publishes nothing: its replay socket answers
         try:
             while True:
                 if not await sub.poll(self.silence_s * 1000):
@@ -135,6 +137,20 @@ class KVEventSubscriber:
         self.ingest.apply(batch)
         self.last_seq = seq
         self.batches += 1
+
+    async def _reachable(self, timeout_s: float = 5.0) -> bool:
+        """Ask the replay socket for batches from far in the future: the bare end marker
+        proves the engine is there, without re-reading anything."""
+        if not self.source.replay_endpoint:
+            return False
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(self.source.replay_endpoint)
+        try:
+            await dealer.send_multipart(replay_request(1 << 62))
+            return bool(await dealer.poll(timeout_s * 1000))
+        finally:
+            dealer.close()
 
     async def _replay(self, start: int, upto: int, timeout_s: float = 5.0) -> None:
         """Fetch the batches [start, upto) the engine still buffers."""
