@@ -66,6 +66,7 @@ def test_engine_restart_is_detected_from_the_event_sequence(tmp_path: Path) -> N
             sim.stop()  # the engine restarts: its event sequence starts again at 0
             sim = Proc(argv, tmp_path / "sim2.log")
             sim.wait_ready(worker + "/health")
+            assert wait_until(lambda: httpx.get(url + "/ready").status_code == 200, 15)
             completion(url, list(range(7000, 7100)))
             assert wait_until(lambda: events(url)[0]["restarts"] >= 1, 15)
             # Only what the new engine stored since is left in the index.
