@@ -11,7 +11,7 @@ from typing import Protocol
 import orjson
 from starlette.responses import Response
 
-from gateway.api import anthropic
+from gateway.api import anthropic, anthropic_reply
 from gateway.api.errors import ApiError, error_response, sse_error_event
 
 
@@ -61,7 +61,7 @@ class OpenAIShape:
 
 
 class _AnthropicStream:
-    def __init__(self, translator: anthropic.StreamTranslator) -> None:
+    def __init__(self, translator: anthropic_reply.StreamTranslator) -> None:
         self.translator = translator
 
     def feed(self, chunk: bytes) -> bytes:
@@ -90,7 +90,7 @@ class AnthropicShape:
             return self.error(_engine_error(status, body)) if status >= 400 else Response(
                 body, status_code=status, headers=keep)
         try:
-            message = anthropic.from_openai_response(orjson.loads(body), self.model,
+            message = anthropic_reply.from_openai_response(orjson.loads(body), self.model,
                                                      breakpoint_tokens=self.breakpoint_tokens)
         except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError):
             return self.error(ApiError(502, "The inference worker sent an unreadable reply.",
@@ -98,7 +98,8 @@ class AnthropicShape:
         return Response(orjson.dumps(message), media_type="application/json", headers=keep)
 
     def stream(self) -> StreamTransform:
-        return _AnthropicStream(anthropic.StreamTranslator(self.model, self.breakpoint_tokens))
+        translator = anthropic_reply.StreamTranslator(self.model, self.breakpoint_tokens)
+        return _AnthropicStream(translator)
 
     def note_breakpoint(self, tokens: int) -> None:
         self.breakpoint_tokens = tokens

@@ -15,14 +15,12 @@ import pytest
 from gateway.api.anthropic import (
     AnthropicError,
     CacheBreakpoint,
-    StreamTranslator,
-    anthropic_usage,
     error_response,
     from_api_error,
-    from_openai_response,
     parse_messages_request,
     to_openai_chat,
 )
+from gateway.api.anthropic_reply import StreamTranslator, anthropic_usage, from_openai_response
 from gateway.api.errors import ApiError, no_healthy_worker, not_found_model, upstream_failed
 from gateway.api.openai import parse_chat
 
