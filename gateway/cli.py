@@ -62,6 +62,8 @@ def _gateway_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for tie-breaking")
     p.add_argument("--upstream-timeout", type=float, default=600.0,
                    help="seconds to wait for a worker's next byte")
+    p.add_argument("--upstream-transport", choices=["httpx", "aiohttp"], default="aiohttp",
+                   help="HTTP client stack under httpx for engine calls")
     p.add_argument("--index-mode", choices=["approximate", "precise", "hybrid"],
                    default="hybrid", help="how the prefix index learns (KV events or not)")
     p.add_argument("--cache-isolation", choices=["shared", "tenant"], default="shared",
@@ -158,7 +160,7 @@ def gateway_config(args: argparse.Namespace, workers: list[str]) -> GatewayConfi
         capacity_blocks=args.capacity_blocks, max_body_bytes=args.max_body_bytes,
         health_interval_s=args.health_interval, seed=args.seed,
         upstream_timeout_s=args.upstream_timeout, cache_isolation=args.cache_isolation,
-        index_mode=args.index_mode,
+        index_mode=args.index_mode, upstream_transport=args.upstream_transport,
         api_keys_file=args.api_keys, admin_key=args.admin_key,
     )
 

@@ -47,6 +47,8 @@ class GatewayConfig:
     connect_timeout_s: float = 5.0
     upstream_timeout_s: float = 600.0
     max_attempts: int = 3
+    upstream_transport: str = "aiohttp"
+    """``aiohttp`` (httpx API over aiohttp's pool) or ``httpx`` (httpx's own pool)."""
     index_mode: str = "hybrid"
     """``approximate``, ``precise`` or ``hybrid``: see gateway/events_hub.py."""
     cache_isolation: str = "shared"

@@ -38,7 +38,7 @@ def _items(args: argparse.Namespace) -> list:
 def _simulate(args: argparse.Namespace) -> None:
     from loadtest.report import simulation_table, write_json
     from loadtest.simulate import FleetSimulation, FleetSpec, scale_to_load
-    from loadtest.traces import upper_bound_hit_rate
+    from loadtest.traces import pooled_lru_hit_rate, upper_bound_hit_rate
 
     spec = FleetSpec(args.workers, args.kv_tokens, args.block_size, args.profile)
     items = _items(args)
@@ -59,7 +59,9 @@ def _simulate(args: argparse.Namespace) -> None:
               f"{summaries[name]['ttft_mean_s']:.3f} s, predicted-cached tokens confirmed "
               f"{accuracy:.3f} ({result.cpu_s:.1f} s CPU)", file=sys.stderr)
     baseline = "round_robin" if "round_robin" in summaries else None
-    print(f"upper bound (one infinite cache): token hit rate {bound:.3f}")
+    pooled = pooled_lru_hit_rate(items, spec.workers * spec.kv_tokens, spec.block_size)
+    print(f"upper bound (one infinite cache): token hit rate {bound:.3f}; one LRU cache of "
+          f"the whole fleet's {spec.workers * spec.kv_tokens:,} KV tokens: {pooled:.3f}")
     print(simulation_table(summaries, baseline))
     if args.json:
         write_json(args.json, {"trace": {"requests": len(items),

@@ -133,3 +133,36 @@ def upper_bound_hit_rate(items: list[WorkItem], block_size: int) -> float:
         hit += run * block_size
         total += n
     return hit / total if total else 0.0
+
+
+def pooled_lru_hit_rate(items: list[WorkItem], capacity_tokens: int, block_size: int) -> float:
+    """Token hit rate of ONE LRU cache as large as the whole fleet's KV together, in request
+    order. Routing cannot pool separate caches into one, so for a fleet of per-worker LRU
+    engines this is (about) the best any router can reach on the trace."""
+    from collections import OrderedDict
+
+    from gateway.index.keys import block_keys, root_seed
+
+    lru: OrderedDict[bytes, None] = OrderedDict()
+    capacity = capacity_tokens // block_size
+    seed = root_seed("pooled")
+    hit = total = 0
+    for item in items:
+        ids = item.token_ids()
+        keys = block_keys(ids.astype("<u4").tobytes(), block_size, seed)
+        blocks = [keys[i:i + 8] for i in range(0, len(keys), 8)]
+        run = 0
+        for key in blocks[:max(len(ids) - 1, 0) // block_size]:
+            if key not in lru:
+                break
+            run += 1
+        hit += run * block_size
+        total += len(ids)
+        for key in reversed(blocks):  # the head ends most recent, as engines free tail first
+            if key in lru:
+                lru.move_to_end(key)
+            else:
+                lru[key] = None
+        while len(lru) > capacity:
+            lru.popitem(last=False)
+    return hit / total if total else 0.0

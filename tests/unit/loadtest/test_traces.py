@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.traces import read_azure, read_mooncake, upper_bound_hit_rate
+from loadtest.traces import (
+    pooled_lru_hit_rate,
+    read_azure,
+    read_mooncake,
+    upper_bound_hit_rate,
+)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -54,3 +59,12 @@ def test_azure_rows_become_timed_unique_prompts(tmp_path: Path) -> None:
     assert [round(it.at, 3) for it in items] == [0.0, 4.315]
     assert [len(it.token_ids()) for it in items] == [374, 396]
     assert [it.output_tokens for it in items] == [44, 109]
+
+
+def test_pooled_lru_bound_between_nothing_and_the_infinite_cache(tmp_path: Path) -> None:
+    rows = [{"timestamp": i, "input_length": 1024, "output_length": 1, "hash_ids": [i % 3, 9]}
+            for i in range(6)]
+    items = read_mooncake(write_jsonl(tmp_path / "t.jsonl", rows))
+    infinite = upper_bound_hit_rate(items, 16)
+    assert pooled_lru_hit_rate(items, 10_000_000, 16) == infinite > 0
+    assert pooled_lru_hit_rate(items, 1024, 16) < infinite  # room for one prompt only
