@@ -54,8 +54,9 @@ class Worker:
     """Models the engine serves (``/v1/models``) → its context length, when it says."""
     events: Any = None
     """Its KV-event subscription (``gateway.index.subscriber.KVEventSubscriber``), if any."""
-    engine_waiting: int = 0
-    """Requests the engine itself reports queued (scraped), the gateway's own included."""
+    external_waiting: int = 0
+    """Requests queued in the engine beyond the gateway's own, at the last scrape (another
+    gateway's, or sent to the engine directly)."""
     engine_kv_usage: float = 0.0
     capacity_from_engine: bool = False
     _queue: list[tuple[float, int, Ticket]] = field(default_factory=list, repr=False)
@@ -215,9 +216,9 @@ class Fleet:
         views = []
         for w in self.healthy():
             self._expire_prefills(w, now)
-            # Requests the engine holds beyond the gateway's own (another gateway's, or
-            # sent to it directly) queue up too, at a typical prefill each.
-            unseen = max(0, w.engine_waiting - w.prefilling) * self._mean_prefill_s
+            # Requests the engine holds beyond the gateway's own queue up too, at a
+            # typical prefill each.
+            unseen = w.external_waiting * self._mean_prefill_s
             capacity = w.capacity_blocks * self.block_size
             views.append(WorkerView(
                 slot=w.slot, worker_id=w.id, in_flight=w.in_flight, prefilling=w.prefilling,

@@ -89,7 +89,9 @@ class HealthMonitor:
             return
         if load is None:
             return
-        worker.engine_waiting = load.waiting or 0
+        # Compared at the same instant as the gateway's own count: only what the gateway
+        # did not send itself is external (a stale total would inflate a worker's queue).
+        worker.external_waiting = max(0, (load.waiting or 0) - worker.prefilling)
         worker.engine_kv_usage = load.kv_usage or 0.0
         if load.capacity_tokens and not worker.capacity_from_engine:
             worker.capacity_from_engine = True

@@ -74,3 +74,21 @@ def test_engine_restart_is_detected_from_the_event_sequence(tmp_path: Path) -> N
             assert held <= 6
         finally:
             sim.stop()
+
+
+def test_sglang_flavour_speaks_sglang(tmp_path: Path) -> None:
+    proc, url = start_sim(tmp_path, extra=("--flavor", "sglang"))
+    with running(proc):
+        info = httpx.get(url + "/get_server_info").json()
+        assert '"publisher":"zmq"' in info["kv_events_config"]
+        r = httpx.post(url + "/generate", json={"input_ids": list(range(100, 300)),
+                                                "sampling_params": {"max_new_tokens": 3}})
+        again = httpx.post(url + "/generate", json={"input_ids": list(range(100, 300)),
+                                                    "sampling_params": {"max_new_tokens": 3}})
+        assert r.json()["meta_info"]["completion_tokens"] == 3
+        assert again.json()["meta_info"]["cached_tokens"] == 192
+        metrics = httpx.get(url + "/metrics").text
+        for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+                     "sglang:max_total_num_tokens"):
+            assert name in metrics
+        assert httpx.post(url + "/flush_cache").status_code == 200

@@ -1,4 +1,6 @@
-"""``/metrics`` of a simulated engine under vLLM's metric names and labels."""
+"""``/metrics`` of a simulated engine under vLLM's metric names and labels, plus SGLang's
+names for the SGLang flavour (``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
+``sglang:token_usage``, ``sglang:max_total_num_tokens``, ``sglang:cached_tokens_total``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 
 
 class SimMetrics:
-    def __init__(self, model: EngineModel, model_name: str) -> None:
+    def __init__(self, model: EngineModel, model_name: str, flavor: str = "vllm") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.labels = {"engine": "0", "model_name": model_name}
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first "
@@ -25,6 +27,8 @@ class SimMetrics:
                              "latency in seconds.", list(self.labels), buckets=TTFT_BUCKETS,
                              registry=self.registry).labels(**self.labels)
         self.registry.register(_EngineCollector(model, self.labels))
+        if flavor == "sglang":
+            self.registry.register(_SGLangCollector(model, model_name))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -73,3 +77,26 @@ class _EngineCollector(Collector):
                                      "num_gpu_blocks", "prefix_caching_hash_algo"])
         info.add_metric([str(cfg.block_size), "True", "0", str(cfg.num_blocks), "xxh3_64"], 1.0)
         yield info
+
+
+class _SGLangCollector(Collector):
+    def __init__(self, model: EngineModel, model_name: str) -> None:
+        self.model = model
+        self.labels = {"model_name": model_name}
+
+    def collect(self) -> Iterator:
+        m, cfg = self.model, self.model.config
+        for name, doc, value in (
+                ("sglang:num_running_reqs", "The number of running requests.", len(m.running)),
+                ("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
+                 len(m.waiting)),
+                ("sglang:token_usage", "The token usage.", m.pool.usage),
+                ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV "
+                 "cache pool.", cfg.num_blocks * cfg.block_size)):
+            g = GaugeMetricFamily(name, doc, labels=list(self.labels))
+            g.add_metric(list(self.labels.values()), value)
+            yield g
+        c = CounterMetricFamily("sglang:cached_tokens", "Number of cached prompt tokens.",
+                                labels=list(self.labels))
+        c.add_metric(list(self.labels.values()), m.counters.prefix_hits)
+        yield c

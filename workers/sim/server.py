@@ -69,7 +69,7 @@ class SimServer:
         self.model = EngineModel(config.engine, listener=listener)
         self.loop = EngineLoop(self.model, config.speed,
                                after_step=self.publisher.flush if self.publisher else None)
-        self.metrics = SimMetrics(self.model, config.model_name)
+        self.metrics = SimMetrics(self.model, config.model_name, config.flavor)
         self.vocab = OutputVocab(self.tokenizer._tok)
         self.created = int(time.time())
 
@@ -218,6 +218,31 @@ class SimServer:
         finally:
             self.loop.abort(request)
 
+    async def generate_native(self, http: Request) -> Response:
+        """SGLang's native ``/generate``: ``text`` or ``input_ids``, ``sampling_params``."""
+        body = decode_json(await http.body())
+        params = body.get("sampling_params") or {}
+        if isinstance(body.get("input_ids"), list):
+            tokens = ids_to_bytes(body["input_ids"])
+        elif isinstance(body.get("text"), str):
+            tokens = await self.tokenizer.encode_async(body["text"], add_special_tokens=True)
+        else:
+            raise SimError(400, "give 'text' or 'input_ids'", "text")
+        max_new = params.get("max_new_tokens") or 128
+        parsed = ParsedRequest("completion", {"ignore_eos": params.get("ignore_eos")},
+                               self.config.model_name, bool(body.get("stream")),
+                               int(max_new))
+        request, finish = self.make_request(parsed, tokens)
+        queue = self.submit(request)
+        seed = prompt_seed(tokens)
+        outs = await self.collect(request, queue, http)
+        text = "".join(self.vocab.token(seed, o.index)[1] for o in outs)
+        meta = {"id": request.request_id, "prompt_tokens": request.prompt_tokens,
+                "completion_tokens": len(outs), "cached_tokens": request.cached_tokens or 0,
+                "finish_reason": {"type": finish}}
+        return Response(orjson.dumps({"text": text, "meta_info": meta}),
+                        media_type="application/json")
+
     # -- small endpoints ---------------------------------------------------------------
     def models(self) -> dict:
         card = {"id": self.config.model_name, "object": "model", "created": self.created,
@@ -280,6 +305,9 @@ def create_sim_app(config: SimConfig, tokenizer: ChatTokenizer | None = None) ->
         ok = sim.model.reset_prefix_cache()
         return json({"success": ok}, 200 if ok else 409)
 
+    async def generate(http: Request) -> Response:
+        return await sim.generate_native(http)
+
     async def kv_event_sources(http: Request) -> Response:
         config = sim.event_config()
         return json({"0": config} if config else {})
@@ -328,6 +356,7 @@ def create_sim_app(config: SimConfig, tokenizer: ChatTokenizer | None = None) ->
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/reset_prefix_cache", reset, methods=["POST"]),
             Route("/flush_cache", reset, methods=["POST", "GET"]),
+            Route("/generate", generate, methods=["POST"]),
             Route("/kv_event_sources", kv_event_sources, methods=["GET"]),
             Route("/get_server_info", server_info, methods=["GET"]),
             Route("/server_info", server_info, methods=["GET"]),
