@@ -87,7 +87,19 @@ class _StateCollector(Collector):
             in_flight.add_metric([w.id], w.in_flight)
             backlog.add_metric([w.id], view[w.id].backlog_s if w.id in view else 0.0)
             blocks.add_metric([w.id], index.blocks_held(w.slot))
-        yield from (healthy, in_flight, backlog, blocks)
+        events = GaugeMetricFamily("radixgate_worker_events_live", "1 if the worker's KV-event "
+                                   "stream is live (precise index), 0 if it is degraded or "
+                                   "connecting.", labels=["worker"])
+        applied = CounterMetricFamily("radixgate_kv_event_batches", "KV-event batches applied "
+                                      "to the index.", labels=["worker"])
+        restarts = CounterMetricFamily("radixgate_kv_event_restarts", "Engine restarts seen "
+                                       "in the event sequence.", labels=["worker"])
+        for w in fleet.workers:
+            if w.events is not None:
+                events.add_metric([w.id], 1.0 if w.events.live else 0.0)
+                applied.add_metric([w.id], w.events.batches)
+                restarts.add_metric([w.id], w.events.restarts)
+        yield from (healthy, in_flight, backlog, blocks, events, applied, restarts)
         stats = index.stats()
         yield GaugeMetricFamily("radixgate_index_nodes", "Radix tree nodes.", value=stats.nodes)
         yield GaugeMetricFamily("radixgate_index_entries", "Block-worker entries indexed.",

@@ -82,6 +82,7 @@ def test_models_and_service_endpoints(stack: Stack, client: openai.OpenAI) -> No
     assert ready.status_code == 200 and ready.json()["healthy_workers"] == 2
     metrics = httpx.get(stack.gateway + "/metrics").text
     for name in ("radixgate_requests_total", "radixgate_routing_decisions_total",
+                 "radixgate_worker_events_live",
                  "radixgate_index_blocks", "radixgate_worker_in_flight",
                  "radixgate_cached_tokens_total"):
         assert name in metrics
