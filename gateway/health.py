@@ -43,7 +43,10 @@ class HealthMonitor:
 
     async def run(self) -> None:
         while True:
-            await self.check_all()
+            try:
+                await self.check_all()
+            except Exception:  # a bug in one check must not end health checking
+                log.exception("health check failed")
             await asyncio.sleep(self.interval_s)
 
     async def check_all(self) -> None:
@@ -56,7 +59,7 @@ class HealthMonitor:
         if ok:
             await self._scrape(worker)
         if ok and worker.models and self.events is not None and self.events.enabled \
-                and worker.events is None:
+                and worker.events is None and self.router.registered(worker):
             await self._learn_events(worker)
         was_healthy = worker.healthy
         if self.router.fleet.mark(worker, ok, self.fail_threshold):

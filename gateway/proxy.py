@@ -108,12 +108,13 @@ class RelayResponse:
     """An ASGI response that relays a committed upstream stream to the client.
 
     ``on_chunk`` sees every upstream chunk (usage accounting); ``transform`` turns it into
-    what the client receives (identity for OpenAI clients); ``on_close(ok)`` runs exactly
-    once, whether the stream completed, failed upstream, or the client went away.
+    what the client receives (identity for OpenAI clients); ``on_close(ok, status)`` runs
+    exactly once: 200 when the stream completed, 502 when the worker failed mid-stream,
+    499 when the client went away.
     """
 
     def __init__(self, reply: UpstreamReply, headers: dict[str, str],
-                 on_chunk: Callable[[bytes], None], on_close: Callable[[bool], None],
+                 on_chunk: Callable[[bytes], None], on_close: Callable[[bool, int], None],
                  transform: StreamTransform) -> None:
         self.reply = reply
         self.headers = headers
@@ -122,7 +123,7 @@ class RelayResponse:
         self.transform = transform
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        ok = False
+        status = 499  # until the stream ends one way or the other
         raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                        for k, v in self.headers.items()]
         try:
@@ -130,14 +131,14 @@ class RelayResponse:
                         "headers": raw_headers})
             async with anyio.create_task_group() as group:
                 group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
-                ok = await self._pump(send)
+                status = await self._pump(send)
                 group.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await self.reply.response.aclose()
-            self.on_close(ok)
+            self.on_close(status == 200, status)
 
-    async def _pump(self, send: Send) -> bool:
+    async def _pump(self, send: Send) -> int:
         try:
             await self._relay(self.reply.first_chunk, send)
             async for chunk in self.reply.rest:
@@ -146,10 +147,10 @@ class RelayResponse:
             error = upstream_failed(f"connection lost mid-stream ({type(exc).__name__})")
             await send({"type": "http.response.body", "body": self.transform.error(error),
                         "more_body": False})
-            return False
+            return 502
         await send({"type": "http.response.body", "body": self.transform.finish(),
                     "more_body": False})
-        return True
+        return 200
 
     async def _relay(self, chunk: bytes, send: Send) -> None:
         if not chunk:
@@ -176,6 +177,10 @@ class UsageSniffer:
         self.usage: dict | None = None
 
     def feed(self, chunk: bytes) -> None:
+        if not self._partial and b'"usage"' not in chunk:
+            if not chunk.endswith(b"\n"):  # keep only an unfinished last line
+                self._partial = chunk[chunk.rfind(b"\n") + 1:]
+            return
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()

@@ -49,7 +49,6 @@ class Router:
         self.mode = mode
         self.sessions = SessionTable()
         self.pins = TimedPins(index)
-        self._seeds: dict[str, int] = {}
         self._seq = 0
 
     @property
@@ -68,20 +67,25 @@ class Router:
         if worker is not None:
             self.index.remove_worker(worker.slot)
 
+    def registered(self, worker: Worker) -> bool:
+        """Still in the fleet (a slow health check may come back after a removal)."""
+        return self.fleet.get(worker.id) is worker
+
     def set_capacity(self, worker: Worker, capacity_blocks: int) -> None:
-        worker.capacity_blocks = capacity_blocks
-        self.index.set_capacity(worker.slot, capacity_blocks)
+        if self.registered(worker):
+            worker.capacity_blocks = capacity_blocks
+            self.index.set_capacity(worker.slot, capacity_blocks)
 
     def worker_restarted(self, worker: Worker) -> None:
         """The worker's engine lost its cache (restart, or down long enough to doubt it)."""
-        self.index.clear_worker(worker.slot)
+        if self.registered(worker):
+            self.index.clear_worker(worker.slot)
+            if worker.events is not None:
+                worker.events.engine_lost()
 
     # -- routing -----------------------------------------------------------------------
     def seed(self, namespace: str) -> int:
-        seed = self._seeds.get(namespace)
-        if seed is None:
-            seed = self._seeds[namespace] = root_seed(namespace)
-        return seed
+        return root_seed(namespace)
 
     def keys(self, token_bytes: bytes, namespace: str = "") -> bytes:
         return block_keys(token_bytes, self.block_size, self.seed(namespace))
@@ -139,7 +143,7 @@ class Router:
 
     def keep(self, route: Route, blocks: int, ttl_s: float) -> None:
         """Hold the first ``blocks`` of the request's prefix on its worker for ``ttl_s``."""
-        if blocks > 0 and self.fleet.get(route.worker.id) is route.worker:
+        if blocks > 0 and self.registered(route.worker):
             self.pins.hold(route.worker.slot, route.keys[:blocks * 8],
                            self.fleet.clock() + ttl_s)
 

@@ -130,8 +130,11 @@ class Gateway:
         kwargs = {k: v for k, v in call.parsed.template_kwargs.items() if k == "tools"}
         for bp in call.breakpoints:
             prefix = call.parsed.messages[:bp.messages]
-            text = self.tokenizer.render(prefix, add_generation_prompt=False,
-                                         **(kwargs if bp.tools else {})) if prefix else ""
+            try:
+                text = self.tokenizer.render(prefix, add_generation_prompt=False,
+                                             **(kwargs if bp.tools else {})) if prefix else ""
+            except ChatInputError:
+                continue  # a prefix the template will not render alone: no pin for it
             ids = await self.tokenizer.encode_async(text) if text else b""
             common = _common_prefix(ids, tokens) // 4
             held.append((common // self.router.block_size, bp.ttl_s))
@@ -159,13 +162,13 @@ class Gateway:
         detail = "no attempt"
         for _ in range(self.config.max_attempts):
             route = self.route(call, target, keys, prompt_tokens, failed)
-            for blocks, ttl_s in keep:
-                self.router.keep(route, blocks, ttl_s)
             try:
                 reply = await open_reply(self.upstream, route.worker.url + call.path,
                                          call.engine_body,
                                          {"content-type": "application/json",
                                           "x-request-id": call.request_id})
+                for blocks, ttl_s in keep:  # the worker has the prompt: hold its breakpoints
+                    self.router.keep(route, blocks, ttl_s)
                 if call.parsed.stream and reply.status == 200:
                     self.router.first_token(route)
                     self.metrics.ttft.labels(call.path).observe(
@@ -179,6 +182,9 @@ class Gateway:
                 if not failure.retryable:
                     break
                 continue
+            except BaseException:  # cancelled (client gone) or a bug: free the claim
+                self.router.finish(route, ok=False)
+                raise
             return self.respond(call, reply, body, route, prompt_tokens)
         raise upstream_failed(detail)
 
@@ -206,9 +212,9 @@ class Gateway:
         """A streamed reply, relayed (or translated) chunk by chunk."""
         sniffer = UsageSniffer()
 
-        def finished(ok: bool) -> None:
+        def finished(ok: bool, status: int) -> None:
             self.router.finish(route, ok=ok)
-            self.record(call, route, 200 if ok else 499, prompt_tokens, sniffer)
+            self.record(call, route, status, prompt_tokens, sniffer)
 
         headers = reply.headers() | self.route_headers(call, route, prompt_tokens)
         headers["content-type"] = call.shape.content_type

@@ -26,7 +26,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from gateway.chat_template import ChatTemplate
+from gateway.chat_template import ChatInputError, ChatTemplate
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +136,15 @@ class ChatTokenizer:
                     found[piece] = ids
         return pieces, found, list(missing)
 
-    def _encode_pieces(self, texts: list[str]) -> dict[str, bytes]:
-        """Encode uncached pieces (GIL released: safe to run in a worker thread)."""
+    def _tokenize(self, texts: list[str]) -> dict[str, bytes]:
+        """Encode pieces; touches no shared state, so it may run in a worker thread (the
+        GIL is released while ``encode_batch`` works)."""
         encoded = self._tok.encode_batch(texts, add_special_tokens=False)
-        fresh = {t: ids_to_bytes(e.ids) for t, e in zip(texts, encoded, strict=True)}
+        return {t: ids_to_bytes(e.ids) for t, e in zip(texts, encoded, strict=True)}
+
+    def _encode_pieces(self, texts: list[str]) -> dict[str, bytes]:
+        """Encode uncached pieces and remember them (on the caller's thread)."""
+        fresh = self._tokenize(texts)
         for piece, ids in fresh.items():
             self._cache.put(piece, ids)
         return fresh
@@ -158,8 +163,10 @@ class ChatTokenizer:
             pieces, found, missing = self._lookup(text)
         if sum(map(len, missing)) > self._offload_chars:
             loop = asyncio.get_running_loop()
-            found.update(await loop.run_in_executor(self._executor, self._encode_pieces,
-                                                    missing))
+            fresh = await loop.run_in_executor(self._executor, self._tokenize, missing)
+            for piece, ids in fresh.items():  # the cache is only touched on the loop
+                self._cache.put(piece, ids)
+            found.update(fresh)
         elif missing:
             found.update(self._encode_pieces(missing))
         body = self._assemble(pieces, found) if self.piecewise else found[text]
@@ -172,7 +179,8 @@ class ChatTokenizer:
 
     def render(self, messages: list[dict], **kwargs: Any) -> str:
         if self.template is None:
-            raise ValueError("this tokenizer has no chat template")
+            raise ChatInputError("this model's tokenizer has no chat template: use "
+                                 "/v1/completions", "messages")
         return self.template.render(messages, **kwargs)
 
     async def encode_chat(self, messages: list[dict], **kwargs: Any) -> TokenBytes:

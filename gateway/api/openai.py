@@ -164,7 +164,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
 
 def _is_token_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 32 for t in value)
 
 
 def _first_prompt(prompt: Any) -> str | list[int]:

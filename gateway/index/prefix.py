@@ -242,6 +242,7 @@ class PrefixIndex:
             self._tick += 1
             node.stamps[pin.slot] = self._tick
             heapq.heappush(self._heaps[pin.slot], (self._tick, next(self._seq), node))
+            self._evict(pin.slot, self._capacity[pin.slot])  # pins may have held it over
 
     def _hold(self, node: _Node, slot: int) -> None:
         bit = 1 << slot
@@ -389,10 +390,16 @@ class PrefixIndex:
             heapq.heappush(self._heaps[slot], (parent.stamps[slot], next(self._seq), parent))
 
     def _enforce_global_cap(self) -> None:
+        """Past the global cap, the fullest workers give way; pinned blocks cannot, so
+        the loop ends when nobody can free anything."""
         while self._entries > self._max_entries:
-            fullest = max(self._blocks, key=self._blocks.__getitem__)
-            over = self._entries - self._max_entries
-            self._evict(fullest, max(0, self._blocks[fullest] - over))
+            for slot in sorted(self._blocks, key=self._blocks.__getitem__, reverse=True):
+                before = self._blocks[slot]
+                self._evict(slot, max(0, before - (self._entries - self._max_entries)))
+                if self._blocks[slot] < before:
+                    break
+            else:
+                return
 
     def _compact_heap(self, slot: int) -> None:
         """Rebuild a heap that lazy deletion let grow far past the live entries."""

@@ -24,7 +24,6 @@ import zmq.asyncio
 
 from gateway.index.events import (
     EventBatch,
-    EventDecodeError,
     decode_frames,
     decode_replay_reply,
     replay_request,
@@ -93,7 +92,7 @@ class KVEventSubscriber:
                 await self._subscribe()
             except asyncio.CancelledError:
                 raise
-            except (zmq.ZMQError, EventDecodeError, OSError) as exc:
+            except Exception as exc:  # any failure: route this worker approximately, retry
                 self.errors += 1
                 self.state = "degraded"
                 log.warning("worker %s: KV events unavailable (%s); routing it approximately",
@@ -118,6 +117,13 @@ class KVEventSubscriber:
                 await self.receive(seq, batch)
         finally:
             sub.close()
+
+    def engine_lost(self) -> None:
+        """The gateway saw the engine come back (health): forget its sequence and hashes;
+        if it did not in fact restart, the next batch's gap replays what it still holds."""
+        self.restarts += 1
+        self.last_seq = None
+        self.ingest.reset()
 
     async def receive(self, seq: int, batch: EventBatch) -> None:
         """One live batch, in the order the engine sent it."""

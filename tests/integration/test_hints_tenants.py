@@ -18,14 +18,16 @@ LONG_SYSTEM = ("You are the archivist of a maritime museum. You answer questions
                "ports and navigation instruments, quoting catalogue numbers when you can. ")
 
 
-def unique_system() -> str:
-    return f"[{uuid.uuid4().hex}] " + LONG_SYSTEM * 15
+def unique_system(repeat: int = 15) -> str:
+    return f"[{uuid.uuid4().hex}] " + LONG_SYSTEM * repeat
 
 
 def test_conversations_with_cache_keys_stay_on_their_worker(stack: Stack) -> None:
     client = openai.OpenAI(base_url=stack.gateway + "/v1", api_key="none", max_retries=0,
                            timeout=30)
-    system = unique_system()
+    # A long shared prompt: leaving a session's worker costs re-prefilling it, far more
+    # than the timing noise of a busy 2-core test machine.
+    system = unique_system(60)
 
     def conversation(i: int) -> set[str]:
         messages = [{"role": "system", "content": system}]
