@@ -36,10 +36,6 @@ class EventHub:
     def enabled(self) -> bool:
         return self.mode != "approximate"
 
-    def subscriber(self, worker_id: str) -> KVEventSubscriber | None:
-        entry = self._subs.get(worker_id)
-        return entry[0] if entry else None
-
     def start(self, worker: Worker, source: EventSource, model: str) -> None:
         if not self.enabled or worker.id in self._subs:
             return

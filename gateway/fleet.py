@@ -73,7 +73,6 @@ class Ticket:
     prefill_s: float
     base_first_token: float
     """Predicted first-token time minus the worker's correction offset at admission."""
-    admitted_at: float
     prefilling: bool = True
     released: bool = False
 
@@ -139,7 +138,7 @@ class Fleet:
         worker.busy_until = max(worker.busy_until, now) + prefill_s
         self._mean_prefill_s += 0.05 * (prefill_s - self._mean_prefill_s)
         ticket = Ticket(worker, prompt_tokens, cached_tokens, max_tokens, prefill_s,
-                        worker.busy_until - worker.offset, now)
+                        worker.busy_until - worker.offset)
         if not first_token_signal:
             heapq.heappush(worker._queue, (ticket.base_first_token, next(self._ids), ticket))
         worker.in_flight += 1

@@ -105,10 +105,6 @@ class ChatTokenizer:
             template = None
         return cls(tokenizer, template, **kwargs)
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -172,11 +168,6 @@ class ChatTokenizer:
         body = self._assemble(pieces, found) if self.piecewise else found[text]
         return prefix + body + suffix
 
-    def encode_with_specials(self, text: str) -> TokenBytes:
-        """Encode as a completion prompt: with the tokenizer's own added tokens (BOS...)."""
-        prefix, suffix = self._wrap
-        return prefix + self.encode(text) + suffix
-
     def render(self, messages: list[dict], **kwargs: Any) -> str:
         if self.template is None:
             raise ChatInputError("this model's tokenizer has no chat template: use "
@@ -187,9 +178,6 @@ class ChatTokenizer:
         """Render normalised ``messages`` (inline: rendering is cheap string assembly) and
         encode them; only uncached pieces are tokenized."""
         return await self.encode_async(self.render(messages, **kwargs))
-
-    def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=False)
 
     def cache_stats(self) -> tuple[int, int]:
         return self._cache.hits, self._cache.misses

@@ -60,12 +60,3 @@ class EngineTiming:
         p = min(max(kv_fraction, 0.0), 1.0)
         return max(self.decode_min_s, self.decode_c0_s + self.decode_c1_s * p
                    + self.decode_c2_s * p * p)
-
-    def scaled(self, factor: float) -> EngineTiming:
-        """The same shape on hardware ``factor`` times slower (``factor`` < 1: faster)."""
-        return EngineTiming(
-            self.prefill_fixed_s * factor, self.prefill_per_token_s * factor,
-            self.prefill_per_token2_s * factor, self.chunk_tokens,
-            self.decode_c0_s * factor, self.decode_c1_s * factor, self.decode_c2_s * factor,
-            self.decode_min_s * factor,
-        )
