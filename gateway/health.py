@@ -98,6 +98,11 @@ class HealthMonitor:
         worker.engine_kv_usage = load.kv_usage or 0.0
         if load.capacity_tokens and not worker.capacity_from_engine:
             worker.capacity_from_engine = True
+            if load.block_size and load.block_size % self.router.block_size:
+                log.warning("worker %s uses %d-token KV blocks, not a multiple of the "
+                            "gateway's %d: its KV events cannot be keyed (routing stays "
+                            "approximate); set --block-size to divide it", worker.id,
+                            load.block_size, self.router.block_size)
             blocks = load.capacity_tokens // self.router.block_size
             if blocks != worker.capacity_blocks:
                 log.info("worker %s: KV capacity %d tokens (from the engine)", worker.id,
