@@ -99,6 +99,7 @@ async def list_workers(request: Request) -> Response:
             "id": w.id, "url": w.url, "slot": w.slot, "healthy": w.healthy,
             "models": w.models, "in_flight_requests": w.in_flight,
             "prefilling_requests": w.prefilling, "in_flight_tokens": w.active_tokens,
+            "engine_external_waiting": w.external_waiting,
             "backlog_s": round(view.backlog_s, 6) if view else 0.0,
             "indexed_blocks": index.blocks_held(w.slot), "capacity_blocks": w.capacity_blocks,
             "requests_total": w.requests_total, "errors_total": w.errors_total,

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from loadtest.procs import running, start_gateway
+from loadtest.procs import running, start_gateway, wait_until
 from tests.integration.conftest import Stack
 
 LONG_SYSTEM = ("You are the archivist of a maritime museum. You answer questions about ships, "
@@ -155,3 +155,48 @@ def test_bad_openai_hints_are_rejected(stack: Stack) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == param
 
 
+
+
+def test_sessions_leave_a_worker_saturated_behind_the_gateways_back(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A worker flooded by traffic the gateway never saw (as from another gateway) reports
+    a long queue on /metrics; sessions homed there overflow to the other worker."""
+    from tests.integration.conftest import make_stack
+
+    stack = make_stack(tmp_path_factory, 2, sim_args=("--max-num-seqs", "2"))
+    client = openai.OpenAI(base_url=stack.gateway + "/v1", api_key="none", max_retries=0,
+                           timeout=60)
+    system = unique_system(60)
+    history = {i: [{"role": "system", "content": system}] for i in range(8)}
+
+    def turn(i: int) -> str:
+        history[i].append({"role": "user", "content": f"conversation {i} asks again"})
+        raw = client.chat.completions.with_raw_response.create(
+            model="qwen3", messages=history[i], max_tokens=2,
+            extra_body={"prompt_cache_key": f"sat-{i}"})
+        history[i].append({"role": "assistant", "content": raw.parse().choices[0]
+                           .message.content})
+        return raw.headers["x-radixgate-worker"]
+
+    flood: list[httpx.Response] = []
+    flooder = httpx.Client(timeout=60)
+    try:
+        homes = {i: turn(i) for i in range(8)}
+        busy = max(set(homes.values()), key=list(homes.values()).count)
+        busy_url = next(u for u in stack.workers if u.endswith(busy.rsplit(":", 1)[1]))
+        for k in range(24):  # long generations straight to the engine: a queue builds up
+            request = flooder.build_request(
+                "POST", busy_url + "/v1/completions",
+                json={"model": "qwen3", "prompt": f"flood {k}", "max_tokens": 20000,
+                      "ignore_eos": True, "stream": True})
+            flood.append(flooder.send(request, stream=True))
+        assert wait_until(lambda: any(w["engine_external_waiting"] > 5 for w in httpx.get(
+            stack.gateway + "/admin/workers").json()["workers"]), 10)
+        moved = [i for i, home in homes.items() if home == busy and turn(i) != busy]
+        assert len(moved) == sum(home == busy for home in homes.values()), (homes, moved)
+    finally:
+        for response in flood:
+            response.close()
+        flooder.close()
+        for p in stack.procs:
+            p.stop()
