@@ -200,9 +200,9 @@ class Fleet:
             if ticket.prefilling and not ticket.released:
                 self._end_prefill(ticket, now)
 
-    def utilization(self) -> float:
+    def utilization(self, healthy: int | None = None) -> float:
         """Recent fraction of healthy workers with a prefill waiting (0 idle, 1 saturated)."""
-        n = len(self.healthy())
+        n = len(self.healthy()) if healthy is None else healthy
         if not n:
             return 0.0
         self._advance_busy(self.clock())
@@ -225,4 +225,4 @@ class Fleet:
                 active_tokens=max(w.active_tokens, int(w.engine_kv_usage * capacity)),
                 capacity_tokens=capacity, max_running=w.max_running,
             ))
-        return FleetView(tuple(views), self.utilization())
+        return FleetView(tuple(views), self.utilization(len(views)))

@@ -20,6 +20,7 @@ import logging
 import re
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ _SELF_CHECK = [
 ]
 
 
-def ids_to_bytes(ids: list[int]) -> TokenBytes:
+def ids_to_bytes(ids: Sequence[int]) -> TokenBytes:
     return array("I", ids).tobytes()
 
 

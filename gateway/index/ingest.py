@@ -82,7 +82,7 @@ class EventIngest:
             parent = known[1]
         seed = (int.from_bytes(parent, "little") if parent is not None
                 else self.seed_for(_salt(event)))
-        keys = block_keys(ids_to_bytes(list(event.token_ids)), self.block_size, seed)
+        keys = block_keys(ids_to_bytes(event.token_ids), self.block_size, seed)
         if not self.index.insert_after(self.slot, parent, keys):
             self.stats.orphans += n
             return
